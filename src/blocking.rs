@@ -1,0 +1,200 @@
+//! `LEASE.ACQUIRE ... BLOCK timeout`: waiters blocked on the key, served
+//! first come, first served.
+//!
+//! A waiter is a client blocked on the key name with the blocked-clients
+//! API and an entry in the node's wait queue. When the lease is released or
+//! expires, the key is signalled ready; Redis then runs the waiters' reply
+//! callbacks before any other client's command, and only the head of the
+//! queue may take the lease. Every way out (grant, timeout, disconnect,
+//! `CLIENT UNBLOCK`) ends in `free_waiter`, which leaves the queue.
+
+use std::os::raw::{c_int, c_void};
+
+use redis_module::raw;
+
+use crate::data_type::{self, lease_type};
+use crate::error;
+use crate::lease::{Acquire, Lease};
+use crate::node::{self, STATS};
+use crate::rm::{self, api, Ctx, Key, RString, Slot};
+
+const OK: c_int = raw::REDISMODULE_OK as c_int;
+const ERR: c_int = raw::REDISMODULE_ERR as c_int;
+
+struct Waiter {
+    id: u64,
+    db: i32,
+    key: Box<[u8]>,
+    token: Box<[u8]>,
+    ttl_ms: u64,
+}
+
+/// Whether the caller may block here: not inside MULTI, a script, or any
+/// context that forbids blocking.
+fn may_block(ctx: Ctx) -> bool {
+    let no_block = raw::REDISMODULE_CTX_FLAGS_MULTI
+        | raw::REDISMODULE_CTX_FLAGS_LUA
+        | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING;
+    rm::context_flags(ctx) & no_block == 0
+}
+
+/// Whether clients wait for `key` in the current database.
+pub fn has_waiters(ctx: Ctx, key: RString) -> bool {
+    let waiters = node::waiters();
+    !waiters.is_empty() && waiters.len(rm::selected_db(ctx), rm::bytes(key)) > 0
+}
+
+pub fn waiters_on(ctx: Ctx, key: RString) -> usize {
+    node::waiters().len(rm::selected_db(ctx), rm::bytes(key))
+}
+
+/// Blocks the caller until it gets the lease or `timeout_ms` passes
+/// (0: forever). Where blocking is not possible, replies nil as a busy
+/// non-blocking acquire does.
+pub fn block(ctx: Ctx, key: RString, token: &[u8], ttl_ms: u64, timeout_ms: u64) -> c_int {
+    if !may_block(ctx) {
+        return rm::reply_null(ctx);
+    }
+    let db = rm::selected_db(ctx);
+    let name = rm::bytes(key);
+    let id = node::waiters().enqueue(db, name);
+    let waiter = Box::new(Waiter {
+        id,
+        db,
+        key: name.into(),
+        token: token.into(),
+        ttl_ms,
+    });
+    let privdata = Box::into_raw(waiter).cast::<c_void>();
+    let mut keys = [key];
+    let timeout = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
+    let blocked = unsafe {
+        match raw::RedisModule_BlockClientOnKeysWithFlags {
+            // Unblock-on-delete: a DEL of the lease key frees it for the queue.
+            Some(block_with_flags) => block_with_flags(
+                ctx,
+                Some(serve_waiter),
+                Some(waiter_timed_out),
+                Some(free_waiter),
+                timeout,
+                keys.as_mut_ptr(),
+                1,
+                privdata,
+                raw::REDISMODULE_BLOCK_UNBLOCK_DELETED as c_int,
+            ),
+            None => api!(RedisModule_BlockClientOnKeys)(
+                ctx,
+                Some(serve_waiter),
+                Some(waiter_timed_out),
+                Some(free_waiter),
+                timeout,
+                keys.as_mut_ptr(),
+                1,
+                privdata,
+            ),
+        }
+    };
+    if blocked.is_null() {
+        // Not blocked after all: take the waiter back and answer now.
+        unsafe { drop(Box::from_raw(privdata.cast::<Waiter>())) };
+        node::waiters().remove(db, name, id);
+        return rm::reply_error(ctx, error::BLOCK_UNSUPPORTED);
+    }
+    OK
+}
+
+/// Tells the waiters on `key` that the lease may be free.
+pub fn signal(ctx: Ctx, key: RString) {
+    unsafe { api!(RedisModule_SignalKeyAsReady)(ctx, key) };
+}
+
+/// Reply callback: the key was signalled. Only the head of the queue may
+/// take a free lease; everyone else stays blocked (`ERR`).
+///
+/// # Safety
+/// Called by Redis for a client blocked by `block`, whose private data is a
+/// `Waiter`.
+unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
+    rm::guard("LEASE.ACQUIRE waiter", || ERR, || {
+        let Some(waiter) = api!(RedisModule_GetBlockedClientPrivateData)(ctx)
+            .cast::<Waiter>()
+            .as_ref()
+        else {
+            return ERR;
+        };
+        if node::waiters().head(waiter.db, &waiter.key) != Some(waiter.id) {
+            return ERR;
+        }
+        let key_name = api!(RedisModule_GetBlockedClientReadyKey)(ctx);
+        if key_name.is_null() {
+            return ERR;
+        }
+        let Some(mut key) = Key::open_write(ctx, key_name) else {
+            return ERR;
+        };
+        let now = rm::now_ms();
+        let mut fresh = Lease::default();
+        let (lease, stored) = match key.value::<Lease>(lease_type()) {
+            Slot::WrongType => {
+                rm::reply_error(ctx, error::WRONGTYPE);
+                return OK;
+            }
+            Slot::Empty => (&mut fresh, false),
+            Slot::Ours(lease) => (lease, true),
+        };
+        let before = lease.holder().map(|h| h.deadline_ms);
+        let fence = match lease.acquire(&waiter.token, waiter.ttl_ms, now, false, &mut node::fences()) {
+            Ok(Acquire::Granted { fence }) | Ok(Acquire::Retried { fence }) => fence,
+            Ok(Acquire::Busy) => return ERR,
+            Err(_) => {
+                rm::reply_error(ctx, error::FENCE_EXHAUSTED);
+                return OK;
+            }
+        };
+        let lease = if stored {
+            lease
+        } else {
+            data_type::store_lease(&mut key, fresh)
+        };
+        node::waiters().remove(waiter.db, &waiter.key, waiter.id);
+        node::bump(&STATS.grants);
+        node::bump(&STATS.waiter_grants);
+        crate::commands::granted(ctx, key_name, lease, before);
+        drop(key);
+        rm::reply_array(ctx, 2);
+        rm::reply_bulk(ctx, &waiter.token);
+        rm::reply_integer(ctx, fence as i64);
+        OK
+    })
+}
+
+/// Timeout callback, also run for `CLIENT UNBLOCK`: nil, as BLPOP replies.
+///
+/// # Safety
+/// Called by Redis for a client blocked by `block`.
+unsafe extern "C" fn waiter_timed_out(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
+    node::bump(&STATS.block_timeouts);
+    rm::reply_null(ctx);
+    OK
+}
+
+/// Every way out of the queue ends here, exactly once per waiter.
+///
+/// # Safety
+/// `privdata` is the `Waiter` that `block` handed to Redis.
+unsafe extern "C" fn free_waiter(_ctx: Ctx, privdata: *mut c_void) {
+    if privdata.is_null() {
+        return;
+    }
+    let waiter = Box::from_raw(privdata.cast::<Waiter>());
+    rm::guard("LEASE.ACQUIRE waiter cleanup", || (), || {
+        let mut waiters = node::waiters();
+        let was_head = waiters.head(waiter.db, &waiter.key) == Some(waiter.id);
+        waiters.remove(waiter.db, &waiter.key, waiter.id);
+        if was_head && waiters.len(waiter.db, &waiter.key) > 0 {
+            // The head left unserved (timeout, disconnect): the next waiter
+            // must be offered the lease in case it is free.
+            crate::reaper::resignal_later(waiter.db, &waiter.key);
+        }
+    });
+}

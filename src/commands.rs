@@ -1,0 +1,708 @@
+//! The LEASE commands: parse, open the key, ask the core, reply, replicate,
+//! notify.
+//!
+//! Every effect is replicated with absolute values (`LEASE.APPLY key fence
+//! deadline token`, `DEL key`, `LEASE.FENCE resource fence`), so replicas and
+//! AOF replay never consult their own clock or random source.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+
+use redis_module::raw;
+
+use crate::data_type::{self, lease_type, resource_type};
+use crate::error;
+use crate::inner::{self, Verdict};
+use crate::lease::{Acquire, Holder, Lease, State, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::node::{self, STATS};
+use crate::rm::{self, api, Ctx, Key, RString, Slot};
+
+const OK: c_int = raw::REDISMODULE_OK as c_int;
+
+/// Parses a non-negative decimal integer as Redis clients send it.
+fn parse_u64(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 20 {
+        return None;
+    }
+    b.iter().try_fold(0u64, |acc, &c| {
+        let digit = c.checked_sub(b'0').filter(|d| *d <= 9)?;
+        acc.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
+fn parse_ttl(b: &[u8]) -> Result<u64, &'static CStr> {
+    parse_u64(b)
+        .filter(|v| (1..=MAX_TTL_MS).contains(v))
+        .ok_or(error::TTL)
+}
+
+fn parse_fence(b: &[u8]) -> Result<u64, &'static CStr> {
+    parse_u64(b).filter(|v| *v < FENCE_LIMIT).ok_or(error::FENCE)
+}
+
+fn check_token(b: &[u8]) -> Result<&[u8], &'static CStr> {
+    if (1..=MAX_TOKEN_LEN).contains(&b.len()) {
+        Ok(b)
+    } else {
+        Err(error::TOKEN)
+    }
+}
+
+/// A random 128-bit token as 32 lowercase hex characters, from the thread's
+/// OS-seeded CSPRNG.
+fn generate_token() -> [u8; 32] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bits: u128 = rand::random();
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
+    }
+    out
+}
+
+/// Wraps a command body: a panic becomes an error reply and a log line.
+fn command(
+    name: &str,
+    ctx: Ctx,
+    argv: *mut RString,
+    argc: c_int,
+    body: fn(Ctx, &[RString]) -> c_int,
+) -> c_int {
+    rm::guard(
+        name,
+        || rm::reply_error(ctx, error::INTERNAL),
+        || body(ctx, rm::args(argv, argc)),
+    )
+}
+
+/// Moves a key's index entry after its deadline changed. The index is kept
+/// only on a primary, the only node that reaps.
+fn reindex(ctx: Ctx, key: RString, from_ms: Option<u64>, to_ms: u64) {
+    if !node::is_primary() {
+        return;
+    }
+    let db = rm::selected_db(ctx);
+    let name = rm::bytes(key);
+    let mut index = node::index();
+    match from_ms {
+        Some(from) => index.reschedule(from, to_ms, db, name),
+        None => index.insert(to_ms, db, name),
+    }
+}
+
+fn unindex(ctx: Ctx, key: RString, deadline_ms: u64) {
+    if node::is_primary() {
+        node::index().remove(deadline_ms, rm::selected_db(ctx), rm::bytes(key));
+    }
+}
+
+/// Propagates a lease's whole state as `LEASE.APPLY`.
+fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
+    let (deadline, token) = match lease.holder() {
+        Some(h) => (h.deadline_ms, &h.token[..]),
+        None => (0, &[][..]),
+    };
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx,
+            c"LEASE.APPLY".as_ptr(),
+            c"sllb".as_ptr(),
+            key,
+            lease.fence() as i64,
+            deadline as i64,
+            token.as_ptr(),
+            token.len(),
+        )
+    };
+}
+
+fn reply_grant(ctx: Ctx, token: &[u8], fence: u64) -> c_int {
+    rm::reply_array(ctx, 2);
+    rm::reply_bulk(ctx, token);
+    rm::reply_integer(ctx, fence as i64)
+}
+
+/// `LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout]`
+pub extern "C" fn acquire_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    command("LEASE.ACQUIRE", ctx, argv, argc, acquire)
+}
+
+struct AcquireArgs<'a> {
+    key: RString,
+    ttl_ms: u64,
+    token: Option<&'a [u8]>,
+    block_ms: Option<u64>,
+}
+
+fn parse_acquire(args: &[RString]) -> Result<AcquireArgs<'_>, &'static CStr> {
+    let [_, key, ttl, options @ ..] = args else {
+        return Err(error::ACQUIRE_SYNTAX);
+    };
+    let mut parsed = AcquireArgs {
+        key: *key,
+        ttl_ms: parse_ttl(rm::bytes(*ttl))?,
+        token: None,
+        block_ms: None,
+    };
+    let mut rest = options;
+    while let [option, value, tail @ ..] = rest {
+        let option = rm::bytes(*option);
+        let value = rm::bytes(*value);
+        if option.eq_ignore_ascii_case(b"TOKEN") && parsed.token.is_none() {
+            parsed.token = Some(check_token(value)?);
+        } else if option.eq_ignore_ascii_case(b"BLOCK") && parsed.block_ms.is_none() {
+            let timeout = parse_u64(value).filter(|v| *v <= MAX_TTL_MS);
+            parsed.block_ms = Some(timeout.ok_or(error::BLOCK_TIMEOUT)?);
+        } else {
+            return Err(error::ACQUIRE_SYNTAX);
+        }
+        rest = tail;
+    }
+    if !rest.is_empty() {
+        return Err(error::ACQUIRE_SYNTAX);
+    }
+    Ok(parsed)
+}
+
+fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
+    let parsed = match parse_acquire(args) {
+        Ok(p) => p,
+        Err(e) => return rm::reply_error(ctx, e),
+    };
+    if let Err(e) = crate::eviction::admit_acquire(ctx) {
+        return rm::reply_error(ctx, e);
+    }
+    let generated;
+    let token = match parsed.token {
+        Some(t) => t,
+        None => {
+            generated = generate_token();
+            &generated[..]
+        }
+    };
+    let Some(mut key) = Key::open_write(ctx, parsed.key) else {
+        return rm::reply_error(ctx, error::INTERNAL);
+    };
+    let now = rm::now_ms();
+    let mut fresh = Lease::default();
+    let (lease, stored) = match key.value::<Lease>(lease_type()) {
+        Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
+        Slot::Empty => (&mut fresh, false),
+        Slot::Ours(lease) => (lease, true),
+    };
+    let before = lease.holder().map(|h| h.deadline_ms);
+    let outcome = lease.acquire(token, parsed.ttl_ms, now, false, &mut node::fences());
+    let fence = match outcome {
+        Err(_) => return rm::reply_error(ctx, error::FENCE_EXHAUSTED),
+        Ok(Acquire::Busy) => {
+            node::bump(&STATS.contended);
+            return match parsed.block_ms {
+                Some(timeout) => crate::blocking::block(ctx, parsed.key, token, parsed.ttl_ms, timeout),
+                None => rm::reply_null(ctx),
+            };
+        }
+        Ok(Acquire::Granted { fence }) => {
+            node::bump(&STATS.grants);
+            fence
+        }
+        Ok(Acquire::Retried { fence }) => {
+            node::bump(&STATS.retries);
+            fence
+        }
+    };
+    let lease = if stored {
+        lease
+    } else {
+        data_type::store_lease(&mut key, fresh)
+    };
+    granted(ctx, parsed.key, lease, before);
+    drop(key);
+    reply_grant(ctx, token, fence)
+}
+
+/// The effects of a grant (new or repeated) on an open lease: index,
+/// replication, notification.
+pub fn granted(ctx: Ctx, key: RString, lease: &Lease, before: Option<u64>) {
+    if let Some(h) = lease.holder() {
+        reindex(ctx, key, before, h.deadline_ms);
+    }
+    replicate_lease(ctx, key, lease);
+    rm::notify(ctx, c"lease.acquire", key);
+}
+
+/// `LEASE.RENEW key token ttl`
+pub extern "C" fn renew_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    command("LEASE.RENEW", ctx, argv, argc, renew)
+}
+
+fn renew(ctx: Ctx, args: &[RString]) -> c_int {
+    let [_, key_name, token, ttl] = args else {
+        return rm::reply_error(ctx, c"ERR wrong number of arguments for 'lease.renew' command");
+    };
+    let parsed = check_token(rm::bytes(*token)).and_then(|t| Ok((t, parse_ttl(rm::bytes(*ttl))?)));
+    let (token, ttl_ms) = match parsed {
+        Ok(p) => p,
+        Err(e) => return rm::reply_error(ctx, e),
+    };
+    let Some(mut key) = Key::open_write(ctx, *key_name) else {
+        return rm::reply_error(ctx, error::INTERNAL);
+    };
+    let lease = match key.value::<Lease>(lease_type()) {
+        Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
+        Slot::Empty => None,
+        Slot::Ours(lease) => Some(lease),
+    };
+    let now = rm::now_ms();
+    let Some(lease) = lease.filter(|l| l.live_holder(now).is_some()) else {
+        node::bump(&STATS.renewals_rejected);
+        return rm::reply_integer(ctx, 0);
+    };
+    let before = lease.holder().map(|h| h.deadline_ms);
+    if !lease.renew(token, ttl_ms, now) {
+        node::bump(&STATS.renewals_rejected);
+        return rm::reply_integer(ctx, 0);
+    }
+    node::bump(&STATS.renewals);
+    if let Some(h) = lease.holder() {
+        reindex(ctx, *key_name, before, h.deadline_ms);
+    }
+    replicate_lease(ctx, *key_name, lease);
+    rm::notify(ctx, c"lease.renew", *key_name);
+    rm::reply_integer(ctx, 1)
+}
+
+/// `LEASE.RELEASE key token`
+pub extern "C" fn release_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    command("LEASE.RELEASE", ctx, argv, argc, release)
+}
+
+fn release(ctx: Ctx, args: &[RString]) -> c_int {
+    let [_, key_name, token] = args else {
+        return rm::reply_error(ctx, c"ERR wrong number of arguments for 'lease.release' command");
+    };
+    let token = match check_token(rm::bytes(*token)) {
+        Ok(t) => t,
+        Err(e) => return rm::reply_error(ctx, e),
+    };
+    let Some(mut key) = Key::open_write(ctx, *key_name) else {
+        return rm::reply_error(ctx, error::INTERNAL);
+    };
+    let lease = match key.value::<Lease>(lease_type()) {
+        Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
+        Slot::Empty => None,
+        Slot::Ours(lease) => Some(lease),
+    };
+    let now = rm::now_ms();
+    let before = lease.as_ref().and_then(|l| l.holder()).map(|h| h.deadline_ms);
+    let Some(lease) = lease else {
+        node::bump(&STATS.releases_rejected);
+        return rm::reply_integer(ctx, 0);
+    };
+    if !lease.release(token, now) {
+        node::bump(&STATS.releases_rejected);
+        return rm::reply_integer(ctx, 0);
+    }
+    node::bump(&STATS.releases);
+    if let Some(deadline) = before {
+        unindex(ctx, *key_name, deadline);
+    }
+    if !crate::blocking::has_waiters(ctx, *key_name) {
+        key.delete();
+        rm::replicate_del(ctx, *key_name);
+    } else {
+        // The key stays, free, for the first waiter, who is served before
+        // any other client's command runs.
+        replicate_lease(ctx, *key_name, lease);
+        crate::blocking::signal(ctx, *key_name);
+    }
+    rm::notify(ctx, c"lease.release", *key_name);
+    rm::reply_integer(ctx, 1)
+}
+
+/// `LEASE.INFO key`
+pub extern "C" fn info_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    command("LEASE.INFO", ctx, argv, argc, info)
+}
+
+fn info(ctx: Ctx, args: &[RString]) -> c_int {
+    let [_, key_name] = args else {
+        return rm::reply_error(ctx, c"ERR wrong number of arguments for 'lease.info' command");
+    };
+    let Some(mut key) = Key::open_read(ctx, *key_name) else {
+        return rm::reply_null(ctx);
+    };
+    let lease = match key.value::<Lease>(lease_type()) {
+        Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
+        Slot::Empty => return rm::reply_null(ctx),
+        Slot::Ours(lease) => lease,
+    };
+    let (state, ttl): (&[u8], i64) = match lease.state(rm::now_ms()) {
+        State::Held { ttl_ms } => (b"held", ttl_ms as i64),
+        State::Free => (b"free", -1),
+    };
+    rm::reply_map(ctx, 4);
+    rm::reply_bulk(ctx, b"state");
+    rm::reply_bulk(ctx, state);
+    rm::reply_bulk(ctx, b"ttl");
+    rm::reply_integer(ctx, ttl);
+    rm::reply_bulk(ctx, b"fence");
+    rm::reply_integer(ctx, lease.fence() as i64);
+    rm::reply_bulk(ctx, b"waiters");
+    rm::reply_integer(ctx, crate::blocking::waiters_on(ctx, *key_name) as i64)
+}
+
+/// `LEASE.FENCE resource fence [command [arg ...]]`
+pub extern "C" fn fence_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    if unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx) } != 0 {
+        return rm::guard("LEASE.FENCE getkeys", || OK, || {
+            inner::report_keys(ctx, rm::args(argv, argc));
+            OK
+        });
+    }
+    command("LEASE.FENCE", ctx, argv, argc, fence)
+}
+
+fn fence(ctx: Ctx, args: &[RString]) -> c_int {
+    let [_, resource, fence_arg, inner_args @ ..] = args else {
+        return rm::reply_error(ctx, c"ERR wrong number of arguments for 'lease.fence' command");
+    };
+    let fence = match parse_fence(rm::bytes(*fence_arg)) {
+        Ok(f) => f,
+        Err(e) => return rm::reply_error(ctx, e),
+    };
+    // Check first, with the key closed again before the inner command runs:
+    // the inner command may touch any key, and no handle may outlive that.
+    {
+        let Some(mut key) = Key::open_write(ctx, *resource) else {
+            return rm::reply_error(ctx, error::INTERNAL);
+        };
+        match key.value::<crate::lease::Resource>(resource_type()) {
+            Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
+            Slot::Empty => {}
+            Slot::Ours(r) => {
+                if let Err(stale) = r.check(fence) {
+                    node::bump(&STATS.fence_rejected);
+                    return rm::reply_error_string(ctx, &error::stale(fence, stale.highest));
+                }
+            }
+        }
+    }
+    let reply = if inner_args.is_empty() {
+        None
+    } else {
+        match inner::verdict(ctx, inner_args) {
+            Verdict::Allowed => {}
+            Verdict::Nested => return rm::reply_error(ctx, error::FENCE_NESTED),
+            Verdict::Unknown => return rm::reply_error(ctx, error::FENCE_UNKNOWN_COMMAND),
+            Verdict::Forbidden => {
+                return rm::reply_error_string(ctx, &error::fence_forbidden(rm::bytes(inner_args[0])))
+            }
+        }
+        match inner::call(ctx, inner_args) {
+            Ok(reply) => Some(reply),
+            // The inner command was refused or failed: nothing is recorded,
+            // and its error is the reply.
+            Err(reply) => {
+                node::bump(&STATS.fence_rejected);
+                return match reply {
+                    Some(reply) => reply.send(ctx),
+                    None => rm::reply_error(ctx, error::FENCE_CALL_REFUSED),
+                };
+            }
+        }
+    };
+    let Some(mut key) = Key::open_write(ctx, *resource) else {
+        return rm::reply_error(ctx, error::INTERNAL);
+    };
+    let recorded = match key.value::<crate::lease::Resource>(resource_type()) {
+        Slot::Empty => {
+            data_type::store_resource(&mut key, crate::lease::Resource::new(fence));
+            true
+        }
+        Slot::Ours(r) => r.accept(fence).is_ok(),
+        Slot::WrongType => false,
+    };
+    drop(key);
+    if recorded {
+        node::bump(&STATS.fence_accepted);
+        unsafe {
+            api!(RedisModule_Replicate)(
+                ctx,
+                c"LEASE.FENCE".as_ptr(),
+                c"sl".as_ptr(),
+                *resource,
+                fence as i64,
+            )
+        };
+        rm::notify(ctx, c"lease.fence", *resource);
+    }
+    match reply {
+        Some(reply) => reply.send(ctx),
+        None if recorded => rm::reply_integer(ctx, fence as i64),
+        None => rm::reply_error(ctx, error::INTERNAL),
+    }
+}
+
+/// `LEASE.APPLY key fence deadline token`: an effect from a master or the
+/// AOF. An empty token means free.
+pub extern "C" fn apply_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    command("LEASE.APPLY", ctx, argv, argc, apply)
+}
+
+fn apply(ctx: Ctx, args: &[RString]) -> c_int {
+    let from_master_or_aof = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    if rm::context_flags(ctx) & from_master_or_aof == 0 {
+        return rm::reply_error(ctx, error::INTERNAL_ONLY);
+    }
+    let [_, key_name, fence, deadline, token] = args else {
+        return rm::reply_error(ctx, error::APPLY_ARGS);
+    };
+    let fence = parse_fence(rm::bytes(*fence));
+    let deadline = parse_u64(rm::bytes(*deadline)).filter(|d| *d <= MAX_DEADLINE_MS);
+    let token = rm::bytes(*token);
+    let (Ok(fence), Some(deadline_ms)) = (fence, deadline) else {
+        return rm::reply_error(ctx, error::APPLY_ARGS);
+    };
+    let holder = match token.len() {
+        0 => None,
+        n if n <= MAX_TOKEN_LEN && deadline_ms > 0 => Some(Holder {
+            token: token.into(),
+            deadline_ms,
+        }),
+        _ => return rm::reply_error(ctx, error::APPLY_ARGS),
+    };
+    node::fences().observe(fence);
+    let Some(mut key) = Key::open_write(ctx, *key_name) else {
+        return rm::reply_error(ctx, error::INTERNAL);
+    };
+    let new_deadline = holder.as_ref().map(|h| h.deadline_ms);
+    let before = match key.value::<Lease>(lease_type()) {
+        Slot::Ours(lease) => {
+            let before = lease.holder().map(|h| h.deadline_ms);
+            lease.apply(holder, fence);
+            before
+        }
+        slot => {
+            // The master says this key is a lease; whatever the replica had
+            // under the name is gone on the master too.
+            if matches!(slot, Slot::WrongType) {
+                key.delete();
+            }
+            data_type::store_lease(&mut key, Lease::from_parts(holder, fence));
+            None
+        }
+    };
+    drop(key);
+    if let Some(to) = new_deadline {
+        reindex(ctx, *key_name, before, to);
+    }
+    rm::reply_simple(ctx, c"OK")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_parse_like_redis_clients_send_them() {
+        assert_eq!(parse_u64(b"0"), Some(0));
+        assert_eq!(parse_u64(b"30000"), Some(30000));
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [&b""[..], b"-1", b"+1", b"1.5", b" 1", b"1e3", b"18446744073709551616", b"abc"] {
+            assert_eq!(parse_u64(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ttl_and_fence_ranges() {
+        assert!(parse_ttl(b"0").is_err());
+        assert_eq!(parse_ttl(b"1"), Ok(1));
+        assert_eq!(parse_ttl(b"1099511627776"), Ok(MAX_TTL_MS));
+        assert!(parse_ttl(b"1099511627777").is_err());
+        assert_eq!(parse_fence(b"9007199254740991"), Ok(FENCE_LIMIT - 1));
+        assert!(parse_fence(b"9007199254740992").is_err());
+    }
+
+    #[test]
+    fn generated_tokens_are_32_hex_and_differ() {
+        let a = generate_token();
+        let b = generate_token();
+        assert!(a.iter().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn token_length_limits() {
+        assert!(check_token(b"").is_err());
+        assert!(check_token(&[b'x'; 256]).is_ok());
+        assert!(check_token(&[b'x'; 257]).is_err());
+    }
+}
+
+/// One command's registration: name, handler, flags, arity, key specs and
+/// the ACL categories added on servers that have the API (7.2+).
+struct Spec {
+    name: &'static CStr,
+    handler: extern "C" fn(Ctx, *mut RString, c_int) -> c_int,
+    flags: &'static CStr,
+    arity: c_int,
+    key_flags: u32,
+    /// Whether keys after the third argument (LEASE.FENCE's inner command)
+    /// come from the getkeys callback.
+    inner_keys: bool,
+    acl: &'static str,
+    summary: &'static CStr,
+}
+
+const SPECS: &[Spec] = &[
+    Spec {
+        name: c"lease.acquire",
+        handler: acquire_command,
+        flags: c"write deny-oom",
+        arity: -3,
+        key_flags: raw::REDISMODULE_CMD_KEY_RW
+            | raw::REDISMODULE_CMD_KEY_ACCESS
+            | raw::REDISMODULE_CMD_KEY_UPDATE,
+        inner_keys: false,
+        acl: "blocking",
+        summary: c"Acquires a lease on a key: [token, fence], or nil while another token holds it.",
+    },
+    Spec {
+        name: c"lease.renew",
+        handler: renew_command,
+        flags: c"write fast",
+        arity: 4,
+        key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+        inner_keys: false,
+        acl: "",
+        summary: c"Extends a live lease held by the token: 1, else 0.",
+    },
+    Spec {
+        name: c"lease.release",
+        handler: release_command,
+        flags: c"write fast",
+        arity: 3,
+        key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
+        inner_keys: false,
+        acl: "",
+        summary: c"Releases a live lease held by the token: 1, else 0.",
+    },
+    Spec {
+        name: c"lease.fence",
+        handler: fence_command,
+        flags: c"write deny-oom getkeys-api",
+        arity: -3,
+        key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+        inner_keys: true,
+        acl: "",
+        summary: c"Accepts a fencing token for a resource, then runs an optional command in the same atomic step.",
+    },
+    Spec {
+        name: c"lease.info",
+        handler: info_command,
+        flags: c"readonly fast",
+        arity: 2,
+        key_flags: raw::REDISMODULE_CMD_KEY_RO,
+        inner_keys: false,
+        acl: "",
+        summary: c"State, ttl, fence and waiters of a lease; never the token.",
+    },
+    Spec {
+        name: c"lease.apply",
+        handler: apply_command,
+        flags: c"write",
+        arity: 5,
+        key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
+        inner_keys: false,
+        acl: "",
+        summary: c"Internal: replays a lease's state from a master or the AOF.",
+    },
+];
+
+fn key_spec(flags: u32, begin: c_int, last: c_int) -> raw::RedisModuleCommandKeySpec {
+    raw::RedisModuleCommandKeySpec {
+        notes: std::ptr::null(),
+        flags: u64::from(flags),
+        begin_search_type: raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+        bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+            index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: begin },
+        },
+        find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+        fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+            range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                lastkey: last,
+                keystep: 1,
+                limit: 0,
+            },
+        },
+    }
+}
+
+/// Registers the commands. `lease.apply` is marked `internal` where the
+/// server knows the flag (Redis 8), hiding it from clients altogether; the
+/// handler refuses ordinary clients everywhere.
+pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
+    static VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    for spec in SPECS {
+        let create = |flags: &CStr| unsafe {
+            api!(RedisModule_CreateCommand)(ctx, spec.name.as_ptr(), Some(spec.handler), flags.as_ptr(), 1, 1, 1)
+        };
+        let created = if spec.name == c"lease.apply" {
+            create(c"write internal") == OK || create(spec.flags) == OK
+        } else {
+            create(spec.flags) == OK
+        };
+        if !created {
+            return Err(format!("cannot create command {:?}", spec.name));
+        }
+        let command = unsafe { api!(RedisModule_GetCommand)(ctx, spec.name.as_ptr()) };
+        if command.is_null() {
+            return Err(format!("cannot find command {:?}", spec.name));
+        }
+        let mut specs = vec![key_spec(spec.key_flags, 1, 0)];
+        if spec.inner_keys {
+            // Any argument from the fourth on may be a key of the inner
+            // command; VARIABLE_FLAGS sends key extraction to the callback.
+            specs.push(key_spec(
+                raw::REDISMODULE_CMD_KEY_RW
+                    | raw::REDISMODULE_CMD_KEY_INCOMPLETE
+                    | raw::REDISMODULE_CMD_KEY_VARIABLE_FLAGS,
+                3,
+                -1,
+            ));
+        }
+        specs.push(unsafe { std::mem::zeroed() });
+        // Redis keeps pointers into the info: it lives as long as the module.
+        let specs = Box::leak(specs.into_boxed_slice());
+        let info = Box::leak(Box::new(raw::RedisModuleCommandInfo {
+            version: &VERSION,
+            summary: spec.summary.as_ptr(),
+            complexity: c"O(1)".as_ptr(),
+            since: c"0.1.0".as_ptr(),
+            history: std::ptr::null_mut(),
+            tips: std::ptr::null(),
+            arity: spec.arity,
+            key_specs: specs.as_mut_ptr(),
+            args: std::ptr::null_mut(),
+        }));
+        if unsafe { api!(RedisModule_SetCommandInfo)(command, info) } != OK {
+            return Err(format!("cannot set command info of {:?}", spec.name));
+        }
+        if let Some(set_categories) = unsafe { raw::RedisModule_SetCommandACLCategories } {
+            let mut categories = spec.acl.to_string();
+            if with_acl_category {
+                categories.push_str(" lease");
+            }
+            let categories = std::ffi::CString::new(categories.trim()).unwrap_or_default();
+            if !categories.is_empty() && unsafe { set_categories(command, categories.as_ptr()) } != OK {
+                return Err(format!("cannot set ACL categories of {:?}", spec.name));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,360 @@
+//! The two module types: lease keys (`lease-key`) and resource records
+//! (`fence-rec`), with their RDB, AOF, memory and copy callbacks, and the RDB
+//! aux field that carries the fence sequence.
+//!
+//! Neither type ever has a Redis TTL: the module enforces lease expiry
+//! itself, so `noeviction` and every `volatile-*` policy leave these keys
+//! alone.
+//!
+//! RDB encoding, version 1:
+//! - lease-key: `fence` (unsigned), `deadline_ms` (unsigned, 0 when free),
+//!   `token` (string buffer, empty when free)
+//! - fence-rec: `highest` (unsigned)
+//! - aux (before the keyspace): the fence sequence's `last` (unsigned)
+
+use std::os::raw::{c_int, c_void};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::lease::{Holder, Lease, Resource, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN};
+use crate::node::{self, STATS};
+use crate::rm::{self, api, Key};
+
+pub const ENCODING_VERSION: i32 = 1;
+
+pub static LEASE_TYPE: RedisType = RedisType::new(
+    "lease-key",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(lease_rdb_load),
+        rdb_save: Some(lease_rdb_save),
+        aof_rewrite: Some(lease_aof_rewrite),
+        mem_usage: Some(lease_mem_usage),
+        digest: Some(lease_digest),
+        free: Some(lease_free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        copy: Some(lease_copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+pub static RESOURCE_TYPE: RedisType = RedisType::new(
+    "fence-rec",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(resource_rdb_load),
+        rdb_save: Some(resource_rdb_save),
+        aof_rewrite: Some(resource_aof_rewrite),
+        mem_usage: Some(resource_mem_usage),
+        digest: Some(resource_digest),
+        free: Some(resource_free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(resource_copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+pub fn lease_type() -> *mut raw::RedisModuleType {
+    *LEASE_TYPE.raw_type.borrow()
+}
+
+pub fn resource_type() -> *mut raw::RedisModuleType {
+    *RESOURCE_TYPE.raw_type.borrow()
+}
+
+/// Stores a new lease value in an empty key.
+pub fn store_lease(key: &mut Key, lease: Lease) -> &mut Lease {
+    node::bump(&STATS.lease_keys);
+    key.set(lease_type(), Box::new(lease))
+}
+
+/// Stores a new resource record in an empty key.
+pub fn store_resource(key: &mut Key, resource: Resource) -> &mut Resource {
+    node::bump(&STATS.resource_keys);
+    key.set(resource_type(), Box::new(resource))
+}
+
+fn load_failed(what: &str) -> *mut c_void {
+    rm::log_warning(
+        std::ptr::null_mut(),
+        &format!("redis-lease: refusing to load {what}"),
+    );
+    std::ptr::null_mut()
+}
+
+fn read_lease(rdb: *mut raw::RedisModuleIO) -> Result<Lease, &'static str> {
+    let fence = raw::load_unsigned(rdb).map_err(|_| "a truncated lease-key")?;
+    let deadline_ms = raw::load_unsigned(rdb).map_err(|_| "a truncated lease-key")?;
+    let token = raw::load_string_buffer(rdb).map_err(|_| "a truncated lease-key")?;
+    let token = token.as_ref();
+    if fence >= FENCE_LIMIT {
+        return Err("a lease-key whose fence is not below 2^53");
+    }
+    if token.len() > MAX_TOKEN_LEN {
+        return Err("a lease-key whose token is longer than 256 bytes");
+    }
+    let holder = if token.is_empty() {
+        None
+    } else if deadline_ms == 0 || deadline_ms > MAX_DEADLINE_MS {
+        return Err("a lease-key with an impossible deadline");
+    } else {
+        Some(Holder {
+            token: token.into(),
+            deadline_ms,
+        })
+    };
+    Ok(Lease::from_parts(holder, fence))
+}
+
+/// # Safety
+/// Called by Redis with a valid IO handle, from RDB load, `RESTORE` and
+/// replication.
+unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    rm::guard("lease-key load", std::ptr::null_mut, || {
+        if encver != ENCODING_VERSION {
+            return load_failed(&format!("lease-key encoding version {encver}"));
+        }
+        match read_lease(rdb) {
+            Ok(lease) => {
+                // A restored or migrated key carries a fence issued elsewhere;
+                // the next grant here must be above it.
+                node::fences().observe(lease.fence());
+                node::bump(&STATS.lease_keys);
+                Box::into_raw(Box::new(lease)).cast()
+            }
+            Err(what) => load_failed(what),
+        }
+    })
+}
+
+/// # Safety
+/// `value` is a `Lease` this module stored.
+unsafe extern "C" fn lease_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    rm::guard("lease-key save", || (), || {
+        let Some(lease) = value.cast::<Lease>().as_ref() else {
+            return;
+        };
+        let (deadline, token) = match lease.holder() {
+            Some(h) => (h.deadline_ms, &h.token[..]),
+            None => (0, &[][..]),
+        };
+        api!(RedisModule_SaveUnsigned)(rdb, lease.fence());
+        api!(RedisModule_SaveUnsigned)(rdb, deadline);
+        raw::save_slice(rdb, token);
+    })
+}
+
+/// # Safety
+/// `value` is a `Lease` this module stored; `key` is its name.
+unsafe extern "C" fn lease_aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    rm::guard("lease-key AOF rewrite", || (), || {
+        let Some(lease) = value.cast::<Lease>().as_ref() else {
+            return;
+        };
+        let (deadline, token) = match lease.holder() {
+            Some(h) => (h.deadline_ms, &h.token[..]),
+            None => (0, &[][..]),
+        };
+        api!(RedisModule_EmitAOF)(
+            aof,
+            c"LEASE.APPLY".as_ptr(),
+            c"sllb".as_ptr(),
+            key,
+            lease.fence() as i64,
+            deadline as i64,
+            token.as_ptr(),
+            token.len(),
+        );
+    })
+}
+
+/// # Safety
+/// `value` is a `Lease` this module stored.
+unsafe extern "C" fn lease_mem_usage(value: *const c_void) -> usize {
+    let heap = value.cast::<Lease>().as_ref().map_or(0, Lease::heap_size);
+    std::mem::size_of::<Lease>() + heap
+}
+
+/// # Safety
+/// `value` is a `Lease` this module stored.
+unsafe extern "C" fn lease_digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    let Some(lease) = value.cast::<Lease>().as_ref() else {
+        return;
+    };
+    api!(RedisModule_DigestAddLongLong)(md, lease.fence() as i64);
+    if let Some(h) = lease.holder() {
+        api!(RedisModule_DigestAddLongLong)(md, h.deadline_ms as i64);
+        api!(RedisModule_DigestAddStringBuffer)(md, h.token.as_ptr().cast(), h.token.len());
+    }
+    api!(RedisModule_DigestEndSequence)(md);
+}
+
+/// # Safety
+/// `value` is a `Lease` this module stored; Redis frees each value once.
+unsafe extern "C" fn lease_free(value: *mut c_void) {
+    if !value.is_null() {
+        drop(Box::from_raw(value.cast::<Lease>()));
+        node::drop_one(&STATS.lease_keys);
+    }
+}
+
+/// # Safety
+/// `value` is a `Lease` this module stored.
+unsafe extern "C" fn lease_copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    rm::guard("lease-key copy", std::ptr::null_mut, || {
+        match value.cast::<Lease>().as_ref() {
+            Some(lease) => {
+                node::bump(&STATS.lease_keys);
+                let holder = lease.holder().cloned();
+                Box::into_raw(Box::new(Lease::from_parts(holder, lease.fence()))).cast()
+            }
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+/// # Safety
+/// Called by Redis with a valid IO handle while loading an RDB.
+unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    rm::guard("fence sequence load", || raw::REDISMODULE_ERR as c_int, || {
+        if encver != ENCODING_VERSION {
+            load_failed(&format!("fence sequence aux encoding version {encver}"));
+            return raw::REDISMODULE_ERR as c_int;
+        }
+        match raw::load_unsigned(rdb) {
+            Ok(last) if last < FENCE_LIMIT => {
+                node::fences().observe(last);
+                raw::REDISMODULE_OK as c_int
+            }
+            Ok(_) => {
+                load_failed("a fence sequence not below 2^53");
+                raw::REDISMODULE_ERR as c_int
+            }
+            Err(_) => {
+                load_failed("a truncated fence sequence");
+                raw::REDISMODULE_ERR as c_int
+            }
+        }
+    })
+}
+
+/// # Safety
+/// Called by Redis with a valid IO handle while saving an RDB.
+unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
+    let last = node::fences().last();
+    api!(RedisModule_SaveUnsigned)(rdb, last);
+}
+
+/// # Safety
+/// Called by Redis with a valid IO handle.
+unsafe extern "C" fn resource_rdb_load(
+    rdb: *mut raw::RedisModuleIO,
+    encver: c_int,
+) -> *mut c_void {
+    rm::guard("fence-rec load", std::ptr::null_mut, || {
+        if encver != ENCODING_VERSION {
+            return load_failed(&format!("fence-rec encoding version {encver}"));
+        }
+        match raw::load_unsigned(rdb) {
+            Ok(highest) if highest < FENCE_LIMIT => {
+                node::bump(&STATS.resource_keys);
+                Box::into_raw(Box::new(Resource::new(highest))).cast()
+            }
+            Ok(_) => load_failed("a fence-rec whose fence is not below 2^53"),
+            Err(_) => load_failed("a truncated fence-rec"),
+        }
+    })
+}
+
+/// # Safety
+/// `value` is a `Resource` this module stored.
+unsafe extern "C" fn resource_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    if let Some(r) = value.cast::<Resource>().as_ref() {
+        api!(RedisModule_SaveUnsigned)(rdb, r.highest());
+    }
+}
+
+/// # Safety
+/// `value` is a `Resource` this module stored; `key` is its name.
+unsafe extern "C" fn resource_aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    if let Some(r) = value.cast::<Resource>().as_ref() {
+        api!(RedisModule_EmitAOF)(
+            aof,
+            c"LEASE.FENCE".as_ptr(),
+            c"sl".as_ptr(),
+            key,
+            r.highest() as i64,
+        );
+    }
+}
+
+unsafe extern "C" fn resource_mem_usage(_value: *const c_void) -> usize {
+    std::mem::size_of::<Resource>()
+}
+
+/// # Safety
+/// `value` is a `Resource` this module stored.
+unsafe extern "C" fn resource_digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    if let Some(r) = value.cast::<Resource>().as_ref() {
+        api!(RedisModule_DigestAddLongLong)(md, r.highest() as i64);
+        api!(RedisModule_DigestEndSequence)(md);
+    }
+}
+
+/// # Safety
+/// `value` is a `Resource` this module stored; Redis frees each value once.
+unsafe extern "C" fn resource_free(value: *mut c_void) {
+    if !value.is_null() {
+        drop(Box::from_raw(value.cast::<Resource>()));
+        node::drop_one(&STATS.resource_keys);
+    }
+}
+
+/// # Safety
+/// `value` is a `Resource` this module stored.
+unsafe extern "C" fn resource_copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    match value.cast::<Resource>().as_ref() {
+        Some(r) => {
+            node::bump(&STATS.resource_keys);
+            Box::into_raw(Box::new(*r)).cast()
+        }
+        None => std::ptr::null_mut(),
+    }
+}

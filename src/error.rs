@@ -1,0 +1,45 @@
+//! Every fixed error reply, each starting with its Redis error code.
+//!
+//! They are C strings because `RedisModule_ReplyWithError` takes one: a
+//! constant reply costs no allocation. The two replies that carry values
+//! (STALE, and the inner command's name) are formatted where they are sent.
+
+use std::ffi::CStr;
+
+pub const WRONGTYPE: &CStr = c"WRONGTYPE Operation against a key holding the wrong kind of value";
+pub const TTL: &CStr = c"ERR ttl must be an integer from 1 to 1099511627776 (milliseconds)";
+pub const TOKEN: &CStr = c"ERR token must be 1 to 256 bytes";
+pub const BLOCK_TIMEOUT: &CStr =
+    c"ERR BLOCK timeout must be an integer from 0 to 1099511627776 (milliseconds)";
+pub const ACQUIRE_SYNTAX: &CStr =
+    c"ERR syntax error: LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout]";
+pub const FENCE: &CStr = c"ERR fence must be an integer from 0 to 9007199254740991";
+pub const FENCE_EXHAUSTED: &CStr =
+    c"ERR fence sequence exhausted: fences must stay below 2^53 (is the clock past year 2248?)";
+pub const FENCE_NESTED: &CStr = c"ERR LEASE.FENCE cannot run LEASE commands";
+pub const FENCE_UNKNOWN_COMMAND: &CStr = c"ERR LEASE.FENCE: unknown inner command";
+pub const FENCE_CALL_REFUSED: &CStr = c"ERR LEASE.FENCE: the server refused to run the inner command";
+pub const INTERNAL_ONLY: &CStr =
+    c"ERR LEASE.APPLY only replays effects from a master or the AOF; clients cannot call it";
+pub const APPLY_ARGS: &CStr = c"ERR LEASE.APPLY: malformed effect";
+pub const INTERNAL: &CStr = c"ERR redis-lease internal error (see the server log)";
+pub const BLOCK_UNSUPPORTED: &CStr =
+    c"ERR BLOCK needs the blocked-clients API, which this server does not offer";
+
+/// `STALE fencing token <fence> is older than <highest>`
+pub fn stale(fence: u64, highest: u64) -> String {
+    format!("STALE fencing token {fence} is older than {highest}")
+}
+
+/// The inner command of LEASE.FENCE is of a kind it may not run.
+pub fn fence_forbidden(name: &[u8]) -> String {
+    let shown: String = String::from_utf8_lossy(&name[..name.len().min(64)])
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    format!(
+        "ERR LEASE.FENCE cannot run '{shown}': blocking, scripting, transaction and admin commands are not allowed"
+    )
+}
+
+pub const EVICTION_REFUSED: &CStr = c"ERR lease refused: maxmemory-policy is allkeys-* with maxmemory set, so eviction could silently delete a held lease. Use noeviction, or a volatile-* policy with TTLs on cache keys, or a separate instance for locks, or CONFIG SET lease.allkeys-eviction allow";

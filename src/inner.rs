@@ -1,0 +1,252 @@
+//! The inner command of `LEASE.FENCE`: which commands may run, their keys
+//! for `COMMAND GETKEYS`, cluster routing and key ACLs, and the call itself
+//! under the caller's ACL user.
+
+use std::collections::HashMap;
+use std::os::raw::c_int;
+use std::sync::Mutex;
+
+use redis_module::raw;
+
+use crate::rm::{self, api, Ctx, RString};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    /// Blocking, scripting, transaction, admin and other commands a script
+    /// may not run.
+    Forbidden,
+    /// A LEASE command: no recursion.
+    Nested,
+    Unknown,
+}
+
+/// Verdicts by lowercase command name (`name` or `container|sub`). Filled on
+/// first use of each name, from `COMMAND INFO`, so the hot path is one map
+/// look-up. Cleared when a module loads or unloads.
+static VERDICTS: Mutex<Option<HashMap<Vec<u8>, (Verdict, bool)>>> = Mutex::new(None);
+
+pub fn forget_verdicts() {
+    *VERDICTS.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+/// Flags (as `COMMAND INFO` names them) that rule a command out: what a
+/// script may not run (`noscript`: MULTI, EXEC, EVAL, SUBSCRIBE, WAIT...),
+/// what may block, and admin commands.
+const FORBIDDEN_FLAGS: &[&[u8]] = &[b"noscript", b"blocking", b"admin", b"no_multi"];
+
+pub fn verdict(ctx: Ctx, args: &[RString]) -> Verdict {
+    let Some(&name) = args.first() else {
+        return Verdict::Unknown;
+    };
+    let name = rm::bytes(name).to_ascii_lowercase();
+    if name.starts_with(b"lease.") {
+        return Verdict::Nested;
+    }
+    let (verdict, container) = lookup(ctx, &name);
+    if !container || verdict != Verdict::Allowed {
+        return verdict;
+    }
+    // A container (CONFIG, CLIENT, OBJECT...): the subcommand decides.
+    let Some(&sub) = args.get(1) else {
+        return Verdict::Unknown;
+    };
+    let mut full = name;
+    full.push(b'|');
+    full.extend(rm::bytes(sub).to_ascii_lowercase());
+    lookup(ctx, &full).0
+}
+
+fn lookup(ctx: Ctx, name: &[u8]) -> (Verdict, bool) {
+    let mut cache = VERDICTS.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(v) = cache.get(name) {
+        return *v;
+    }
+    let found = command_info(ctx, name);
+    // Unknown names are not cached: a client could fill the map with them.
+    if found.0 != Verdict::Unknown {
+        cache.insert(name.to_vec(), found);
+    }
+    found
+}
+
+/// Runs `COMMAND INFO name` and reads the flags and subcommands out of it.
+fn command_info(ctx: Ctx, name: &[u8]) -> (Verdict, bool) {
+    let reply = unsafe {
+        api!(RedisModule_Call)(
+            ctx,
+            c"COMMAND".as_ptr(),
+            c"cb".as_ptr(),
+            c"INFO".as_ptr(),
+            name.as_ptr(),
+            name.len(),
+        )
+    };
+    let Some(reply) = CallReply::new(reply) else {
+        return (Verdict::Unknown, false);
+    };
+    let Some(entry) = reply.element(0).filter(|e| e.is_array()) else {
+        return (Verdict::Unknown, false);
+    };
+    let forbidden = entry
+        .element(2)
+        .map(|flags| {
+            (0..flags.len()).any(|i| {
+                flags
+                    .element(i)
+                    .is_some_and(|f| FORBIDDEN_FLAGS.contains(&f.string()))
+            })
+        })
+        .unwrap_or(true);
+    let container = entry.element(9).is_some_and(|subs| subs.len() > 0);
+    let verdict = if forbidden {
+        Verdict::Forbidden
+    } else {
+        Verdict::Allowed
+    };
+    (verdict, container)
+}
+
+/// A call reply; the top-level one is freed on drop, elements borrow it.
+pub struct CallReply {
+    inner: *mut raw::RedisModuleCallReply,
+    owned: bool,
+}
+
+impl CallReply {
+    fn new(inner: *mut raw::RedisModuleCallReply) -> Option<Self> {
+        (!inner.is_null()).then_some(Self { inner, owned: true })
+    }
+
+    fn kind(&self) -> c_int {
+        unsafe { api!(RedisModule_CallReplyType)(self.inner) }
+    }
+
+    fn is_array(&self) -> bool {
+        self.kind() == raw::REDISMODULE_REPLY_ARRAY as c_int
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.kind() == raw::REDISMODULE_REPLY_ERROR as c_int
+    }
+
+    fn len(&self) -> usize {
+        unsafe { api!(RedisModule_CallReplyLength)(self.inner) }
+    }
+
+    fn element(&self, i: usize) -> Option<CallReply> {
+        if !self.is_array() || i >= self.len() {
+            return None;
+        }
+        let e = unsafe { api!(RedisModule_CallReplyArrayElement)(self.inner, i) };
+        (!e.is_null()).then_some(CallReply {
+            inner: e,
+            owned: false,
+        })
+    }
+
+    fn string(&self) -> &[u8] {
+        let mut len = 0usize;
+        let ptr = unsafe { api!(RedisModule_CallReplyStringPtr)(self.inner, &mut len) };
+        if ptr.is_null() {
+            return &[];
+        }
+        unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+    }
+
+    /// Passes the reply on to the client as it is.
+    pub fn send(self, ctx: Ctx) -> c_int {
+        unsafe { api!(RedisModule_ReplyWithCallReply)(ctx, self.inner) }
+    }
+}
+
+impl Drop for CallReply {
+    fn drop(&mut self) {
+        if self.owned {
+            unsafe { api!(RedisModule_FreeCallReply)(self.inner) };
+        }
+    }
+}
+
+/// Runs the inner command as the calling user (`C`: ACL for the command and
+/// its keys), replicating its effects (`!`), with errors as replies (`E`) in
+/// the caller's protocol (`0`). `Err` means the command was refused or
+/// failed, with its error reply when the server gave one.
+pub fn call(ctx: Ctx, args: &[RString]) -> Result<CallReply, Option<CallReply>> {
+    let Some((&name, rest)) = args.split_first() else {
+        return Err(None);
+    };
+    let name = rm::bytes(name);
+    let mut cname = Vec::with_capacity(name.len() + 1);
+    cname.extend(name.iter().copied().filter(|&b| b != 0));
+    cname.push(0);
+    let reply = unsafe {
+        api!(RedisModule_Call)(
+            ctx,
+            cname.as_ptr().cast(),
+            c"!CE0v".as_ptr(),
+            rest.as_ptr(),
+            rest.len(),
+        )
+    };
+    match CallReply::new(reply) {
+        Some(r) if r.is_error() => Err(Some(r)),
+        Some(r) => Ok(r),
+        None => Err(None),
+    }
+}
+
+/// `COMMAND GETKEYS` and cluster routing: the resource, then the inner
+/// command's keys, with their flags.
+pub fn report_keys(ctx: Ctx, args: &[RString]) {
+    if args.len() < 2 {
+        return;
+    }
+    let rw_update = (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE) as c_int;
+    let key_at_pos_with_flags = unsafe { raw::RedisModule_KeyAtPosWithFlags };
+    match key_at_pos_with_flags {
+        Some(at) => unsafe { at(ctx, 1, rw_update) },
+        None => unsafe { api!(RedisModule_KeyAtPos)(ctx, 1) },
+    }
+    if args.len() < 4 {
+        return;
+    }
+    let Some(get_keys) = (unsafe { raw::RedisModule_GetCommandKeysWithFlags }) else {
+        return;
+    };
+    let inner = &args[3..];
+    let mut num: c_int = 0;
+    let mut flags: *mut c_int = std::ptr::null_mut();
+    let positions = unsafe {
+        get_keys(
+            ctx,
+            inner.as_ptr().cast_mut(),
+            inner.len() as c_int,
+            &mut num,
+            &mut flags,
+        )
+    };
+    if positions.is_null() {
+        return;
+    }
+    let count = usize::try_from(num).unwrap_or(0);
+    let positions_slice = unsafe { std::slice::from_raw_parts(positions, count) };
+    for (i, &pos) in positions_slice.iter().enumerate() {
+        let key_flags = if flags.is_null() {
+            rw_update
+        } else {
+            unsafe { *flags.add(i) }
+        };
+        match key_at_pos_with_flags {
+            Some(at) => unsafe { at(ctx, pos + 3, key_flags) },
+            None => unsafe { api!(RedisModule_KeyAtPos)(ctx, pos + 3) },
+        }
+    }
+    unsafe {
+        api!(RedisModule_Free)(positions.cast());
+        if !flags.is_null() {
+            api!(RedisModule_Free)(flags.cast());
+        }
+    }
+}

@@ -1,0 +1,547 @@
+//! The lease state machine and the fence sequence.
+//!
+//! Pure logic: time comes in as `now_ms` (unix milliseconds) and nothing here
+//! touches Redis, so every rule is unit-tested on an injected clock. The glue
+//! in `commands.rs` opens keys, calls these methods and turns the outcomes
+//! into replies, replication and notifications.
+
+use std::collections::{HashMap, VecDeque};
+
+/// Longest lease a caller may ask for, in milliseconds (about 34 years).
+pub const MAX_TTL_MS: u64 = 1 << 40;
+/// Longest token a caller may choose, in bytes.
+pub const MAX_TOKEN_LEN: usize = 256;
+/// Fences stay below 2^53 so that JavaScript clients read them exactly.
+pub const FENCE_LIMIT: u64 = 1 << 53;
+/// Fences issued per millisecond of wall clock before the sequence runs
+/// ahead of the clock floor. 2^53 / 1024 ms reaches the year 2248.
+pub const FENCES_PER_MS: u64 = 1024;
+/// Deadlines are unix milliseconds; anything past this is corrupt input.
+pub const MAX_DEADLINE_MS: u64 = FENCE_LIMIT / FENCES_PER_MS + MAX_TTL_MS;
+
+/// The node-wide fence sequence: every grant on this node, for any key, takes
+/// the next value, so a key's fences rise across release, expiry, `DEL`,
+/// restart and promotion without per-key bookkeeping.
+///
+/// `next = max(last + 1, now_ms * 1024)`. The clock floor is what keeps fences
+/// rising where `last` was lost (an AOF rewritten without its preamble, a
+/// replica promoted before it saw the last grants): it assumes the wall clock
+/// of the node that issues next is not behind the clock of the node that
+/// issued before, by more than the grants made in between.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FenceSequence {
+    last: u64,
+}
+
+/// The sequence would pass 2^53; no grant can be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FenceExhausted;
+
+impl FenceSequence {
+    pub const fn new() -> Self {
+        Self { last: 0 }
+    }
+
+    /// The highest fence issued or observed.
+    pub fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// Issues the next fence.
+    pub fn next(&mut self, now_ms: u64) -> Result<u64, FenceExhausted> {
+        let floor = now_ms.saturating_mul(FENCES_PER_MS);
+        let fence = self.last.saturating_add(1).max(floor);
+        if fence >= FENCE_LIMIT {
+            return Err(FenceExhausted);
+        }
+        self.last = fence;
+        Ok(fence)
+    }
+
+    /// Raises the sequence to at least `fence`: a fence seen in replication,
+    /// in an AOF, in RDB aux data or in a restored key was issued somewhere,
+    /// and the next grant here must be above it.
+    pub fn observe(&mut self, fence: u64) {
+        self.last = self.last.max(fence.min(FENCE_LIMIT - 1));
+    }
+}
+
+/// The current holder of a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub token: Box<[u8]>,
+    /// Absolute unix ms; the lease is live while `now_ms < deadline_ms`.
+    pub deadline_ms: u64,
+}
+
+/// The value of a lease key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Lease {
+    holder: Option<Holder>,
+    /// Last fence issued for this key (0 before the first grant).
+    fence: u64,
+}
+
+/// What `Lease::acquire` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquire {
+    /// A new grant with a new fence.
+    Granted { fence: u64 },
+    /// The same token asked again while holding: deadline moved, same fence.
+    Retried { fence: u64 },
+    /// Held by another token, or free with waiters queued ahead of the caller.
+    Busy,
+}
+
+/// What a caller may see of a lease: never the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Held { ttl_ms: u64 },
+    Free,
+}
+
+impl Lease {
+    /// A lease record as stored: holder (if any), last fence.
+    pub fn from_parts(holder: Option<Holder>, fence: u64) -> Self {
+        Self { holder, fence }
+    }
+
+    /// The holder while the lease is live at `now_ms`.
+    pub fn live_holder(&self, now_ms: u64) -> Option<&Holder> {
+        self.holder.as_ref().filter(|h| now_ms < h.deadline_ms)
+    }
+
+    /// The stored holder, live or expired (for persistence).
+    pub fn holder(&self) -> Option<&Holder> {
+        self.holder.as_ref()
+    }
+
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    pub fn state(&self, now_ms: u64) -> State {
+        match self.live_holder(now_ms) {
+            Some(h) => State::Held {
+                ttl_ms: h.deadline_ms - now_ms,
+            },
+            None => State::Free,
+        }
+    }
+
+    /// Grants the lease to `token` for `ttl_ms`, or repeats the grant to its
+    /// current holder. `queue_ahead` says other clients are already waiting
+    /// for this key: a free lease then goes to them, not to this caller.
+    pub fn acquire(
+        &mut self,
+        token: &[u8],
+        ttl_ms: u64,
+        now_ms: u64,
+        queue_ahead: bool,
+        fences: &mut FenceSequence,
+    ) -> Result<Acquire, FenceExhausted> {
+        let deadline_ms = now_ms.saturating_add(ttl_ms);
+        if let Some(holder) = self.holder.as_mut().filter(|h| now_ms < h.deadline_ms) {
+            if !tokens_equal(&holder.token, token) {
+                return Ok(Acquire::Busy);
+            }
+            holder.deadline_ms = deadline_ms;
+            return Ok(Acquire::Retried { fence: self.fence });
+        }
+        if queue_ahead {
+            return Ok(Acquire::Busy);
+        }
+        let fence = fences.next(now_ms)?;
+        self.fence = fence;
+        self.holder = Some(Holder {
+            token: token.into(),
+            deadline_ms,
+        });
+        Ok(Acquire::Granted { fence })
+    }
+
+    /// Moves the deadline of a live lease held by `token` to `now + ttl`.
+    /// Never revives an expired lease.
+    pub fn renew(&mut self, token: &[u8], ttl_ms: u64, now_ms: u64) -> bool {
+        match self.holder.as_mut() {
+            Some(h) if now_ms < h.deadline_ms && tokens_equal(&h.token, token) => {
+                h.deadline_ms = now_ms.saturating_add(ttl_ms);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Ends a live lease held by `token`.
+    pub fn release(&mut self, token: &[u8], now_ms: u64) -> bool {
+        match &self.holder {
+            Some(h) if now_ms < h.deadline_ms && tokens_equal(&h.token, token) => {
+                self.holder = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Overwrites the state with values decided elsewhere (a master's effect,
+    /// an AOF entry). The fence sequence must have observed `fence` already.
+    pub fn apply(&mut self, holder: Option<Holder>, fence: u64) {
+        self.holder = holder;
+        self.fence = fence;
+    }
+
+    /// Bytes owned by this value beyond the struct itself.
+    pub fn heap_size(&self) -> usize {
+        self.holder.as_ref().map_or(0, |h| h.token.len())
+    }
+}
+
+/// Clients blocked in `LEASE.ACQUIRE ... BLOCK`, first come first served,
+/// per key name and database.
+///
+/// Waiters wait for a key *name*, as `BLPOP` does: the queue outlives a
+/// `DEL` of the key and a new lease under the same name, so it lives beside
+/// the keyspace rather than inside a lease value.
+#[derive(Debug, Default)]
+pub struct WaitQueues {
+    by_db: HashMap<i32, HashMap<Box<[u8]>, VecDeque<u64>>>,
+    next_id: u64,
+    total: usize,
+}
+
+impl WaitQueues {
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// Waiters on all keys.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// Queues a new waiter at the back and returns its id.
+    pub fn enqueue(&mut self, db: i32, key: &[u8]) -> u64 {
+        self.next_id += 1;
+        let queue = self.by_db.entry(db).or_default().entry(key.into()).or_default();
+        queue.push_back(self.next_id);
+        self.total += 1;
+        self.next_id
+    }
+
+    pub fn head(&self, db: i32, key: &[u8]) -> Option<u64> {
+        self.queue(db, key).and_then(|q| q.front().copied())
+    }
+
+    pub fn len(&self, db: i32, key: &[u8]) -> usize {
+        self.queue(db, key).map_or(0, VecDeque::len)
+    }
+
+    fn queue(&self, db: i32, key: &[u8]) -> Option<&VecDeque<u64>> {
+        if self.total == 0 {
+            return None;
+        }
+        self.by_db.get(&db)?.get(key)
+    }
+
+    /// Takes a waiter out, wherever it is in its queue.
+    pub fn remove(&mut self, db: i32, key: &[u8], id: u64) -> bool {
+        let Some(keys) = self.by_db.get_mut(&db) else {
+            return false;
+        };
+        let Some(queue) = keys.get_mut(key) else {
+            return false;
+        };
+        let Some(pos) = queue.iter().position(|&w| w == id) else {
+            return false;
+        };
+        queue.remove(pos);
+        self.total -= 1;
+        if queue.is_empty() {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.by_db.remove(&db);
+            }
+        }
+        true
+    }
+}
+
+/// A resource record: the highest fence a protected resource accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Resource {
+    highest: u64,
+}
+
+/// A fence below the highest accepted; carries that highest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stale {
+    pub highest: u64,
+}
+
+impl Resource {
+    pub fn new(highest: u64) -> Self {
+        Self { highest }
+    }
+
+    pub fn highest(&self) -> u64 {
+        self.highest
+    }
+
+    /// Checks `fence` without recording it.
+    pub fn check(&self, fence: u64) -> Result<(), Stale> {
+        if fence < self.highest {
+            Err(Stale {
+                highest: self.highest,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Records `fence` as the highest accepted; equal fences pass, so one
+    /// holder may write several times under one grant.
+    pub fn accept(&mut self, fence: u64) -> Result<(), Stale> {
+        self.check(fence)?;
+        self.highest = fence;
+        Ok(())
+    }
+}
+
+/// Compares tokens without an early exit on the first differing byte: the
+/// token is a capability, and timing must not reveal how much of a guess was
+/// right. The length is not secret.
+pub fn tokens_equal(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn granted(r: Result<Acquire, FenceExhausted>) -> u64 {
+        match r {
+            Ok(Acquire::Granted { fence }) => fence,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn grant_on_free_key_issues_fence_and_deadline() {
+        let mut seq = FenceSequence::new();
+        let mut lease = Lease::default();
+        let fence = granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
+        assert_eq!(fence, T0 * FENCES_PER_MS);
+        assert_eq!(lease.fence(), fence);
+        assert_eq!(lease.state(T0), State::Held { ttl_ms: 1000 });
+        assert_eq!(lease.live_holder(T0).map(|h| h.deadline_ms), Some(T0 + 1000));
+    }
+
+    #[test]
+    fn idempotent_retry_keeps_fence_and_moves_deadline() {
+        let mut seq = FenceSequence::new();
+        let mut lease = Lease::default();
+        let fence = granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
+        let again = lease.acquire(b"a", 5000, T0 + 400, false, &mut seq);
+        assert_eq!(again, Ok(Acquire::Retried { fence }));
+        assert_eq!(lease.state(T0 + 400), State::Held { ttl_ms: 5000 });
+        assert_eq!(seq.last(), fence, "a retry issues no fence");
+    }
+
+    #[test]
+    fn other_token_is_busy_while_live() {
+        let mut seq = FenceSequence::new();
+        let mut lease = Lease::default();
+        granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
+        for now in [T0, T0 + 1, T0 + 999] {
+            assert_eq!(
+                lease.acquire(b"b", 1000, now, false, &mut seq),
+                Ok(Acquire::Busy)
+            );
+        }
+    }
+
+    #[test]
+    fn expiry_happens_at_the_exact_deadline() {
+        let mut seq = FenceSequence::new();
+        let mut lease = Lease::default();
+        let first = granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
+        assert_eq!(lease.state(T0 + 999), State::Held { ttl_ms: 1 });
+        assert_eq!(lease.state(T0 + 1000), State::Free);
+        assert!(!lease.renew(b"a", 1000, T0 + 1000), "never revives");
+        assert!(!lease.release(b"a", T0 + 1000));
+        let second = granted(lease.acquire(b"b", 1000, T0 + 1000, false, &mut seq));
+        assert!(second > first);
+    }
+
+    #[test]
+    fn renew_table() {
+        // (token, at, expect)
+        let cases: &[(&[u8], u64, bool)] = &[
+            (b"a", T0, true),
+            (b"a", T0 + 999, true),
+            (b"a", T0 + 1000, false),
+            (b"b", T0, false),
+            (b"", T0, false),
+            (b"aa", T0, false),
+        ];
+        for &(token, at, expect) in cases {
+            let mut seq = FenceSequence::new();
+            let mut lease = Lease::default();
+            let fence = granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
+            assert_eq!(lease.renew(token, 300, at), expect, "{token:?} at {at}");
+            let want = if expect {
+                State::Held { ttl_ms: 300 }
+            } else if at < T0 + 1000 {
+                State::Held {
+                    ttl_ms: T0 + 1000 - at,
+                }
+            } else {
+                State::Free
+            };
+            assert_eq!(lease.state(at), want);
+            assert_eq!(lease.fence(), fence, "renew keeps the fence");
+        }
+    }
+
+    #[test]
+    fn release_only_by_the_live_holder() {
+        let mut seq = FenceSequence::new();
+        let mut lease = Lease::default();
+        granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
+        assert!(!lease.release(b"b", T0 + 1));
+        assert_eq!(lease.state(T0 + 1), State::Held { ttl_ms: 999 });
+        assert!(lease.release(b"a", T0 + 1));
+        assert_eq!(lease.state(T0 + 1), State::Free);
+        assert!(!lease.release(b"a", T0 + 2), "a second release is a no-op");
+    }
+
+    #[test]
+    fn fences_rise_across_release_expiry_and_new_keys() {
+        let mut seq = FenceSequence::new();
+        let mut fences = Vec::new();
+        let mut lease = Lease::default();
+        fences.push(granted(lease.acquire(b"a", 10, T0, false, &mut seq)));
+        assert!(lease.release(b"a", T0));
+        fences.push(granted(lease.acquire(b"b", 10, T0, false, &mut seq)));
+        // expiry
+        fences.push(granted(lease.acquire(b"c", 10, T0 + 10, false, &mut seq)));
+        // the key was deleted: a new record starts from fence 0
+        let mut fresh = Lease::default();
+        fences.push(granted(fresh.acquire(b"d", 10, T0 + 10, false, &mut seq)));
+        // the clock went backwards: the sequence still rises
+        let mut other = Lease::default();
+        fences.push(granted(other.acquire(b"e", 10, T0 - 60_000, false, &mut seq)));
+        assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+        assert!(fences.iter().all(|&f| f < FENCE_LIMIT));
+    }
+
+    #[test]
+    fn fence_sequence_clock_floor_and_observe() {
+        let mut seq = FenceSequence::new();
+        assert_eq!(seq.next(T0), Ok(T0 * 1024));
+        assert_eq!(seq.next(T0), Ok(T0 * 1024 + 1));
+        // a later clock jumps to the floor
+        assert_eq!(seq.next(T0 + 1), Ok((T0 + 1) * 1024));
+        // observing a fence issued elsewhere (a master, a restored key)
+        seq.observe((T0 + 50) * 1024 + 7);
+        assert_eq!(seq.next(T0 + 2), Ok((T0 + 50) * 1024 + 8));
+        // observing a lower fence never lowers the sequence
+        seq.observe(5);
+        assert_eq!(seq.last(), (T0 + 50) * 1024 + 8);
+    }
+
+    #[test]
+    fn fence_sequence_refuses_to_reach_two_to_the_53() {
+        let mut seq = FenceSequence::new();
+        seq.observe(FENCE_LIMIT - 2);
+        assert_eq!(seq.next(0), Ok(FENCE_LIMIT - 1));
+        assert_eq!(seq.next(0), Err(FenceExhausted));
+        assert_eq!(seq.last(), FENCE_LIMIT - 1);
+        // a clock past year 2248 is refused rather than wrapped
+        let mut seq = FenceSequence::new();
+        assert_eq!(seq.next(FENCE_LIMIT / FENCES_PER_MS), Err(FenceExhausted));
+        seq.observe(u64::MAX);
+        assert_eq!(seq.last(), FENCE_LIMIT - 1);
+    }
+
+    #[test]
+    fn a_free_lease_goes_to_the_queue_first() {
+        let mut seq = FenceSequence::new();
+        let mut lease = Lease::default();
+        granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
+        // the holder's retry is not a queue jump
+        assert!(matches!(
+            lease.acquire(b"a", 1000, T0 + 1, true, &mut seq),
+            Ok(Acquire::Retried { .. })
+        ));
+        assert!(lease.release(b"a", T0 + 1));
+        assert_eq!(
+            lease.acquire(b"late", 1000, T0 + 1, true, &mut seq),
+            Ok(Acquire::Busy),
+            "no jumping the queue"
+        );
+        granted(lease.acquire(b"head", 1000, T0 + 1, false, &mut seq));
+    }
+
+    #[test]
+    fn wait_queues_are_fifo_per_key_and_database() {
+        let mut q = WaitQueues::default();
+        let a = q.enqueue(0, b"k");
+        let b = q.enqueue(0, b"k");
+        let c = q.enqueue(0, b"k");
+        let other_db = q.enqueue(1, b"k");
+        assert_eq!(q.len(0, b"k"), 3);
+        assert_eq!(q.head(0, b"k"), Some(a));
+        assert_eq!(q.head(1, b"k"), Some(other_db));
+        // a waiter leaving from the middle keeps the order of the rest
+        assert!(q.remove(0, b"k", b));
+        assert!(!q.remove(0, b"k", b), "removal is idempotent");
+        assert!(q.remove(0, b"k", a));
+        assert_eq!(q.head(0, b"k"), Some(c));
+        assert!(q.remove(0, b"k", c));
+        assert_eq!(q.head(0, b"k"), None);
+        assert_eq!(q.len(0, b"k"), 0);
+        assert_eq!(q.total(), 1);
+        assert!(q.remove(1, b"k", other_db));
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn resource_accepts_equal_and_higher_rejects_lower() {
+        let mut r = Resource::default();
+        assert_eq!(r.accept(10), Ok(()));
+        assert_eq!(r.accept(10), Ok(()));
+        assert_eq!(r.accept(9), Err(Stale { highest: 10 }));
+        assert_eq!(r.highest(), 10);
+        assert_eq!(r.accept(11), Ok(()));
+        assert_eq!(r.check(10), Err(Stale { highest: 11 }));
+        assert_eq!(r.highest(), 11);
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(tokens_equal(b"abc", b"abc"));
+        assert!(!tokens_equal(b"abc", b"abd"));
+        assert!(!tokens_equal(b"abc", b"ab"));
+        assert!(!tokens_equal(b"", b"a"));
+    }
+
+    #[test]
+    fn deadline_saturates_instead_of_wrapping() {
+        let mut seq = FenceSequence::new();
+        let mut lease = Lease::default();
+        granted(lease.acquire(b"a", MAX_TTL_MS, T0, false, &mut seq));
+        assert_eq!(
+            lease.state(T0),
+            State::Held {
+                ttl_ms: MAX_TTL_MS
+            }
+        );
+    }
+}

@@ -1,0 +1,74 @@
+//! redis-lease: distributed locks as native leases with fencing tokens.
+//!
+//! The module table and start-up; everything else lives in its own file.
+
+mod blocking;
+mod commands;
+mod config;
+mod data_type;
+mod error;
+mod events;
+mod eviction;
+mod index;
+mod info;
+mod inner;
+mod lease;
+mod node;
+mod reaper;
+mod rm;
+
+use redis_module::configuration::ConfigurationFlags;
+use redis_module::{raw, redis_module, Context, RedisString, Status};
+
+use data_type::{LEASE_TYPE, RESOURCE_TYPE};
+
+// Redis's allocator exists only inside a server; unit tests use the system's.
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    let raw_ctx = ctx.ctx;
+    unsafe { rm::api!(RedisModule_SetModuleOptions)(raw_ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32) };
+    // The `@lease` ACL category exists where the server lets modules add
+    // categories (Redis 7.4+).
+    let with_category = match unsafe { raw::RedisModule_AddACLCategory } {
+        Some(add) => (unsafe { add(raw_ctx, c"lease".as_ptr()) }) == raw::REDISMODULE_OK as i32,
+        None => false,
+    };
+    let started = commands::register(raw_ctx, with_category).and_then(|()| events::subscribe(raw_ctx));
+    if let Err(e) = started {
+        rm::log_warning(raw_ctx, &format!("redis-lease: {e}"));
+        return Status::Err;
+    }
+    unsafe { rm::api!(RedisModule_RegisterInfoFunc)(raw_ctx, Some(info::info)) };
+    events::refresh_role(raw_ctx);
+    eviction::refresh(raw_ctx);
+    reaper::start(raw_ctx);
+    Status::Ok
+}
+
+redis_module! {
+    name: "lease",
+    version: 1,
+    allocator: (crate::Allocator, crate::ALLOCATOR),
+    data_types: [LEASE_TYPE, RESOURCE_TYPE],
+    init: init,
+    configurations: [
+        i64: [
+            ["reap-batch", &config::REAP_BATCH, config::REAP_BATCH_DEFAULT, config::REAP_BATCH_MIN, config::REAP_BATCH_MAX, ConfigurationFlags::DEFAULT, None],
+            ["reap-hz", &config::REAP_HZ, config::REAP_HZ_DEFAULT, config::REAP_HZ_MIN, config::REAP_HZ_MAX, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [
+            ["allkeys-eviction", &eviction::MODE, eviction::AllkeysEviction::refuse, ConfigurationFlags::DEFAULT, None],
+        ],
+        module_args_as_configuration: true,
+    ]
+}

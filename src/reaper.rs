@@ -1,0 +1,201 @@
+//! The reaper: a module timer that, on a primary, deletes expired lease keys
+//! nobody waits for (replicating each `DEL`), wakes waiters of expired
+//! leases, and rebuilds the deadline index by scanning after a load or a
+//! promotion. Work per tick is bounded (`lease.reap-batch` keys, a fixed
+//! scan budget); a tick that used its budget schedules the next at once.
+
+use std::os::raw::c_void;
+use std::sync::Mutex;
+
+use redis_module::raw;
+
+use crate::config;
+use crate::data_type::lease_type;
+use crate::lease::Lease;
+use crate::node::{self, STATS};
+use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
+
+/// Keys a rebuild scan visits per tick.
+const SCAN_BUDGET: usize = 2_000;
+
+struct Rescan {
+    db: i32,
+    cursor: *mut raw::RedisModuleScanCursor,
+}
+
+// The cursor is only touched on the main thread, inside timer callbacks.
+unsafe impl Send for Rescan {}
+
+static RESCAN: Mutex<Option<Rescan>> = Mutex::new(None);
+
+/// Keys whose queue head left without being served; the next waiter must be
+/// offered the lease. Signalled from the next tick, where a context with the
+/// right database is at hand.
+static RESIGNAL: Mutex<Vec<(i32, Box<[u8]>)>> = Mutex::new(Vec::new());
+
+pub fn start(ctx: Ctx) {
+    schedule(ctx, config::reap_interval_ms());
+}
+
+fn schedule(ctx: Ctx, after_ms: i64) {
+    unsafe { api!(RedisModule_CreateTimer)(ctx, after_ms.max(1), Some(tick), std::ptr::null_mut()) };
+}
+
+/// Rebuilds the deadline index from the keyspace, a little each tick.
+pub fn rescan() {
+    node::index().clear();
+    let mut rescan = RESCAN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(old) = rescan.take() {
+        unsafe { api!(RedisModule_ScanCursorDestroy)(old.cursor) };
+    }
+    let cursor = unsafe { api!(RedisModule_ScanCursorCreate)() };
+    *rescan = Some(Rescan { db: 0, cursor });
+}
+
+/// Asks the next tick to offer `key` to its queue again.
+pub fn resignal_later(db: i32, key: &[u8]) {
+    RESIGNAL
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((db, key.into()));
+}
+
+/// # Safety
+/// Called by Redis as a module timer callback.
+unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
+    let next = rm::guard("reaper", config::reap_interval_ms, || {
+        let interval = config::reap_interval_ms();
+        if !node::is_primary() {
+            return interval;
+        }
+        resignal(ctx);
+        let now = rm::now_ms();
+        let batch = config::reap_batch();
+        let reaped = reap(ctx, now, batch);
+        let scanning = scan_step(ctx);
+        if reaped == batch || scanning {
+            return 1;
+        }
+        // Wake for the next deadline, so waiters get an expired lease on time.
+        match node::index().next_deadline() {
+            Some(d) if d > now => interval.min((d - now) as i64),
+            Some(_) => 1,
+            None => interval,
+        }
+    });
+    schedule(ctx, next);
+}
+
+fn resignal(ctx: Ctx) {
+    let pending = std::mem::take(&mut *RESIGNAL.lock().unwrap_or_else(|e| e.into_inner()));
+    for (db, key) in pending {
+        if rm::select_db(ctx, db) {
+            let name = OwnedString::new(ctx, &key);
+            crate::blocking::signal(ctx, name.as_ptr());
+        }
+    }
+}
+
+/// Handles up to `batch` due index entries; returns how many it took.
+fn reap(ctx: Ctx, now: u64, batch: usize) -> usize {
+    let mut taken = 0;
+    while taken < batch {
+        let Some(entry) = node::index().pop_due(now) else {
+            break;
+        };
+        taken += 1;
+        if !rm::select_db(ctx, entry.db) {
+            continue;
+        }
+        let name = OwnedString::new(ctx, &entry.key);
+        reap_key(ctx, entry.db, name.as_ptr(), &entry.key, now);
+    }
+    taken
+}
+
+fn reap_key(ctx: Ctx, db: i32, name: RString, key_bytes: &[u8], now: u64) {
+    let Some(mut key) = Key::open_write(ctx, name) else {
+        return;
+    };
+    let Slot::Ours(lease) = key.value::<Lease>(lease_type()) else {
+        // Deleted, renamed or replaced since it was indexed.
+        return;
+    };
+    if let Some(h) = lease.live_holder(now) {
+        // Renewed by a path the index did not see: track the real deadline.
+        node::index().insert(h.deadline_ms, db, key_bytes);
+        return;
+    }
+    if node::waiters().len(db, key_bytes) > 0 {
+        // Expired with a queue: the head waiter takes it now.
+        drop(key);
+        crate::blocking::signal(ctx, name);
+        return;
+    }
+    key.delete();
+    drop(key);
+    rm::replicate_del(ctx, name);
+    rm::notify(ctx, c"lease.expire", name);
+    node::bump(&STATS.expired);
+}
+
+struct ScanState {
+    db: i32,
+    visited: usize,
+}
+
+/// Advances the rebuild scan; returns whether it has more to do.
+fn scan_step(ctx: Ctx) -> bool {
+    let mut guard = RESCAN.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(rescan) = guard.as_mut() else {
+        return false;
+    };
+    let mut state = ScanState {
+        db: rescan.db,
+        visited: 0,
+    };
+    while state.visited < SCAN_BUDGET {
+        if !rm::select_db(ctx, rescan.db) {
+            // Past the last database: done.
+            unsafe { api!(RedisModule_ScanCursorDestroy)(rescan.cursor) };
+            *guard = None;
+            return false;
+        }
+        state.db = rescan.db;
+        let more = unsafe {
+            api!(RedisModule_Scan)(
+                ctx,
+                rescan.cursor,
+                Some(index_scanned_key),
+                (&mut state as *mut ScanState).cast(),
+            )
+        };
+        if more == 0 {
+            rescan.db += 1;
+            unsafe { api!(RedisModule_ScanCursorRestart)(rescan.cursor) };
+        }
+    }
+    true
+}
+
+/// # Safety
+/// Called by `RedisModule_Scan` with the `ScanState` passed to it.
+unsafe extern "C" fn index_scanned_key(
+    _ctx: Ctx,
+    name: RString,
+    key: *mut raw::RedisModuleKey,
+    privdata: *mut c_void,
+) {
+    let Some(state) = privdata.cast::<ScanState>().as_mut() else {
+        return;
+    };
+    state.visited += 1;
+    let Some(mut key) = Key::borrowed(key) else {
+        return;
+    };
+    if let Slot::Ours(lease) = key.value::<Lease>(lease_type()) {
+        if let Some(h) = lease.holder() {
+            node::index().insert(h.deadline_ms, state.db, rm::bytes(name));
+        }
+    }
+}

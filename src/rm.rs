@@ -1,0 +1,244 @@
+//! Thin, safe wrappers over the parts of the Redis module API this module
+//! uses, so `commands.rs` reads as command logic rather than FFI.
+//!
+//! The API table is filled by `RedisModule_Init` before any of these run;
+//! functions a server may lack (newer than Redis 7.0) are checked at the call
+//! site instead of going through `api!`.
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+
+use redis_module::raw;
+
+/// A function of the module API that every supported server has.
+macro_rules! api {
+    ($name:ident) => {{
+        // ok: RedisModule_Init fills these before any callback can run, and
+        // every server the module supports (Redis 7.0+, Valkey 8) has them.
+        #[allow(unused_unsafe)]
+        let f = unsafe { redis_module::raw::$name.unwrap() };
+        f
+    }};
+}
+pub(crate) use api;
+
+pub type Ctx = *mut raw::RedisModuleCtx;
+pub type RString = *mut raw::RedisModuleString;
+
+/// Runs a callback body, turning a panic into a logged warning and
+/// `on_panic()` instead of an abort of the whole server: redis-module does
+/// not catch unwinds, and unwinding across `extern "C"` aborts.
+pub fn guard<T>(what: &str, on_panic: impl FnOnce() -> T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => v,
+        Err(payload) => {
+            let detail = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            log_warning(
+                std::ptr::null_mut(),
+                &format!("redis-lease: internal error in {what}: {detail}"),
+            );
+            on_panic()
+        }
+    }
+}
+
+pub fn log_warning(ctx: Ctx, msg: &str) {
+    log(ctx, c"warning", msg);
+}
+
+fn log(ctx: Ctx, level: &CStr, msg: &str) {
+    let mut buf = Vec::with_capacity(msg.len() + 1);
+    buf.extend(msg.bytes().filter(|&b| b != 0));
+    buf.push(0);
+    unsafe { api!(RedisModule_Log)(ctx, level.as_ptr(), c"%s".as_ptr(), buf.as_ptr()) };
+}
+
+/// The bytes of a module string. Valid while the string lives, which for
+/// command arguments is the whole command.
+pub fn bytes<'a>(s: RString) -> &'a [u8] {
+    let mut len = 0usize;
+    let ptr = unsafe { api!(RedisModule_StringPtrLen)(s, &mut len) };
+    if ptr.is_null() || len == 0 {
+        return &[];
+    }
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+}
+
+/// The arguments of a command call.
+pub fn args<'a>(argv: *mut RString, argc: c_int) -> &'a [RString] {
+    match usize::try_from(argc) {
+        Ok(n) if n > 0 && !argv.is_null() => unsafe { std::slice::from_raw_parts(argv, n) },
+        _ => &[],
+    }
+}
+
+pub fn now_ms() -> u64 {
+    u64::try_from(unsafe { api!(RedisModule_Milliseconds)() }).unwrap_or(0)
+}
+
+pub fn context_flags(ctx: Ctx) -> u32 {
+    unsafe { api!(RedisModule_GetContextFlags)(ctx) as u32 }
+}
+
+pub fn selected_db(ctx: Ctx) -> i32 {
+    unsafe { api!(RedisModule_GetSelectedDb)(ctx) }
+}
+
+pub fn select_db(ctx: Ctx, db: i32) -> bool {
+    unsafe { api!(RedisModule_SelectDb)(ctx, db) == raw::REDISMODULE_OK as c_int }
+}
+
+/// A module string owned by us, freed on drop.
+pub struct OwnedString {
+    ctx: Ctx,
+    inner: RString,
+}
+
+impl OwnedString {
+    pub fn new(ctx: Ctx, bytes: &[u8]) -> Self {
+        let inner =
+            unsafe { api!(RedisModule_CreateString)(ctx, bytes.as_ptr().cast(), bytes.len()) };
+        Self { ctx, inner }
+    }
+
+    pub fn as_ptr(&self) -> RString {
+        self.inner
+    }
+}
+
+impl Drop for OwnedString {
+    fn drop(&mut self) {
+        unsafe { api!(RedisModule_FreeString)(self.ctx, self.inner) };
+    }
+}
+
+/// What an open key holds, as seen by one of our types.
+pub enum Slot<'k, T> {
+    Empty,
+    Ours(&'k mut T),
+    WrongType,
+}
+
+/// An open key, closed on drop.
+pub struct Key {
+    inner: NonNull<raw::RedisModuleKey>,
+}
+
+impl Key {
+    pub fn open_write(ctx: Ctx, name: RString) -> Option<Self> {
+        let mode = (raw::REDISMODULE_READ | raw::REDISMODULE_WRITE) as c_int;
+        NonNull::new(unsafe { api!(RedisModule_OpenKey)(ctx, name, mode) })
+            .map(|inner| Self { inner })
+    }
+
+    pub fn open_read(ctx: Ctx, name: RString) -> Option<Self> {
+        let mode = raw::REDISMODULE_READ as c_int;
+        NonNull::new(unsafe { api!(RedisModule_OpenKey)(ctx, name, mode) })
+            .map(|inner| Self { inner })
+    }
+
+    /// Wraps a key handle Redis lends us (scan callbacks) without owning it.
+    pub fn borrowed(key: *mut raw::RedisModuleKey) -> Option<std::mem::ManuallyDrop<Self>> {
+        NonNull::new(key).map(|inner| std::mem::ManuallyDrop::new(Self { inner }))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        unsafe { api!(RedisModule_KeyType)(self.inner.as_ptr()) == raw::REDISMODULE_KEYTYPE_EMPTY as c_int }
+    }
+
+    /// The value if the key holds `ty`. `T` must be the Rust type stored
+    /// under `ty`; `data_type.rs` pairs them.
+    pub fn value<T>(&mut self, ty: *mut raw::RedisModuleType) -> Slot<'_, T> {
+        if self.is_empty() {
+            return Slot::Empty;
+        }
+        let key = self.inner.as_ptr();
+        if unsafe { api!(RedisModule_ModuleTypeGetType)(key) } != ty {
+            return Slot::WrongType;
+        }
+        match unsafe { api!(RedisModule_ModuleTypeGetValue)(key).cast::<T>().as_mut() } {
+            Some(v) => Slot::Ours(v),
+            None => Slot::WrongType,
+        }
+    }
+
+    /// Stores a new value in an empty key; the key takes ownership.
+    pub fn set<T>(&mut self, ty: *mut raw::RedisModuleType, value: Box<T>) -> &mut T {
+        let ptr = Box::into_raw(value);
+        unsafe {
+            api!(RedisModule_ModuleTypeSetValue)(self.inner.as_ptr(), ty, ptr.cast::<c_void>());
+            &mut *ptr
+        }
+    }
+
+    pub fn delete(&mut self) {
+        unsafe { api!(RedisModule_DeleteKey)(self.inner.as_ptr()) };
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        unsafe { api!(RedisModule_CloseKey)(self.inner.as_ptr()) };
+    }
+}
+
+pub fn reply_error(ctx: Ctx, err: &CStr) -> c_int {
+    unsafe { api!(RedisModule_ReplyWithError)(ctx, err.as_ptr()) }
+}
+
+/// An error reply built at run time (it names values from the call).
+pub fn reply_error_string(ctx: Ctx, err: &str) -> c_int {
+    let mut buf = Vec::with_capacity(err.len() + 1);
+    buf.extend(err.bytes().filter(|&b| b != 0 && b != b'\r' && b != b'\n'));
+    buf.push(0);
+    unsafe { api!(RedisModule_ReplyWithError)(ctx, buf.as_ptr().cast::<c_char>()) }
+}
+
+pub fn reply_null(ctx: Ctx) -> c_int {
+    unsafe { api!(RedisModule_ReplyWithNull)(ctx) }
+}
+
+pub fn reply_integer(ctx: Ctx, v: i64) -> c_int {
+    unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, v) }
+}
+
+pub fn reply_bulk(ctx: Ctx, b: &[u8]) -> c_int {
+    unsafe { api!(RedisModule_ReplyWithStringBuffer)(ctx, b.as_ptr().cast(), b.len()) }
+}
+
+pub fn reply_simple(ctx: Ctx, s: &CStr) -> c_int {
+    unsafe { api!(RedisModule_ReplyWithSimpleString)(ctx, s.as_ptr()) }
+}
+
+pub fn reply_array(ctx: Ctx, len: usize) -> c_int {
+    unsafe { api!(RedisModule_ReplyWithArray)(ctx, len as _) }
+}
+
+/// A map in RESP3, a flat array of `2 * len` in RESP2.
+pub fn reply_map(ctx: Ctx, len: usize) -> c_int {
+    unsafe { api!(RedisModule_ReplyWithMap)(ctx, len as _) }
+}
+
+/// Sends `event` (module class) for `key` to keyspace-notification
+/// subscribers.
+pub fn notify(ctx: Ctx, event: &CStr, key: RString) {
+    unsafe {
+        api!(RedisModule_NotifyKeyspaceEvent)(
+            ctx,
+            raw::REDISMODULE_NOTIFY_MODULE,
+            event.as_ptr(),
+            key,
+        )
+    };
+}
+
+/// Propagates `DEL key` to replicas and the AOF.
+pub fn replicate_del(ctx: Ctx, key: RString) {
+    unsafe { api!(RedisModule_Replicate)(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key) };
+}
