@@ -115,57 +115,67 @@ pub fn signal(ctx: Ctx, key: RString) {
 /// Called by Redis for a client blocked by `block`, whose private data is a
 /// `Waiter`.
 unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
-    rm::guard("LEASE.ACQUIRE waiter", || ERR, || {
-        let Some(waiter) = api!(RedisModule_GetBlockedClientPrivateData)(ctx)
-            .cast::<Waiter>()
-            .as_ref()
-        else {
-            return ERR;
-        };
-        if node::waiters().head(waiter.db, &waiter.key) != Some(waiter.id) {
-            return ERR;
-        }
-        let key_name = api!(RedisModule_GetBlockedClientReadyKey)(ctx);
-        if key_name.is_null() {
-            return ERR;
-        }
-        let Some(mut key) = Key::open_write(ctx, key_name) else {
-            return ERR;
-        };
-        let now = rm::now_ms();
-        let mut fresh = Lease::default();
-        let (lease, stored) = match key.value::<Lease>(lease_type()) {
-            Slot::WrongType => {
-                rm::reply_error(ctx, error::WRONGTYPE);
-                return OK;
+    rm::guard(
+        "LEASE.ACQUIRE waiter",
+        || ERR,
+        || {
+            let Some(waiter) = api!(RedisModule_GetBlockedClientPrivateData)(ctx)
+                .cast::<Waiter>()
+                .as_ref()
+            else {
+                return ERR;
+            };
+            if node::waiters().head(waiter.db, &waiter.key) != Some(waiter.id) {
+                return ERR;
             }
-            Slot::Empty => (&mut fresh, false),
-            Slot::Ours(lease) => (lease, true),
-        };
-        let before = lease.holder().map(|h| h.deadline_ms);
-        let fence = match lease.acquire(&waiter.token, waiter.ttl_ms, now, false, &mut node::fences()) {
-            Ok(Acquire::Granted { fence }) | Ok(Acquire::Retried { fence }) => fence,
-            Ok(Acquire::Busy) => return ERR,
-            Err(_) => {
-                rm::reply_error(ctx, error::FENCE_EXHAUSTED);
-                return OK;
+            let key_name = api!(RedisModule_GetBlockedClientReadyKey)(ctx);
+            if key_name.is_null() {
+                return ERR;
             }
-        };
-        let lease = if stored {
-            lease
-        } else {
-            data_type::store_lease(&mut key, fresh)
-        };
-        node::waiters().remove(waiter.db, &waiter.key, waiter.id);
-        node::bump(&STATS.grants);
-        node::bump(&STATS.waiter_grants);
-        crate::commands::granted(ctx, key_name, lease, before);
-        drop(key);
-        rm::reply_array(ctx, 2);
-        rm::reply_bulk(ctx, &waiter.token);
-        rm::reply_integer(ctx, fence as i64);
-        OK
-    })
+            let Some(mut key) = Key::open_write(ctx, key_name) else {
+                return ERR;
+            };
+            let now = rm::now_ms();
+            let mut fresh = Lease::default();
+            let (lease, stored) = match key.value::<Lease>(lease_type()) {
+                Slot::WrongType => {
+                    rm::reply_error(ctx, error::WRONGTYPE);
+                    return OK;
+                }
+                Slot::Empty => (&mut fresh, false),
+                Slot::Ours(lease) => (lease, true),
+            };
+            let before = lease.holder().map(|h| h.deadline_ms);
+            let fence = match lease.acquire(
+                &waiter.token,
+                waiter.ttl_ms,
+                now,
+                false,
+                &mut node::fences(),
+            ) {
+                Ok(Acquire::Granted { fence }) | Ok(Acquire::Retried { fence }) => fence,
+                Ok(Acquire::Busy) => return ERR,
+                Err(_) => {
+                    rm::reply_error(ctx, error::FENCE_EXHAUSTED);
+                    return OK;
+                }
+            };
+            let lease = if stored {
+                lease
+            } else {
+                data_type::store_lease(&mut key, fresh)
+            };
+            node::waiters().remove(waiter.db, &waiter.key, waiter.id);
+            node::bump(&STATS.grants);
+            node::bump(&STATS.waiter_grants);
+            crate::commands::granted(ctx, key_name, lease, before);
+            drop(key);
+            rm::reply_array(ctx, 2);
+            rm::reply_bulk(ctx, &waiter.token);
+            rm::reply_integer(ctx, fence as i64);
+            OK
+        },
+    )
 }
 
 /// Timeout callback, also run for `CLIENT UNBLOCK`: nil, as BLPOP replies.
@@ -187,14 +197,18 @@ unsafe extern "C" fn free_waiter(_ctx: Ctx, privdata: *mut c_void) {
         return;
     }
     let waiter = Box::from_raw(privdata.cast::<Waiter>());
-    rm::guard("LEASE.ACQUIRE waiter cleanup", || (), || {
-        let mut waiters = node::waiters();
-        let was_head = waiters.head(waiter.db, &waiter.key) == Some(waiter.id);
-        waiters.remove(waiter.db, &waiter.key, waiter.id);
-        if was_head && waiters.len(waiter.db, &waiter.key) > 0 {
-            // The head left unserved (timeout, disconnect): the next waiter
-            // must be offered the lease in case it is free.
-            crate::reaper::resignal_later(waiter.db, &waiter.key);
-        }
-    });
+    rm::guard(
+        "LEASE.ACQUIRE waiter cleanup",
+        || (),
+        || {
+            let mut waiters = node::waiters();
+            let was_head = waiters.head(waiter.db, &waiter.key) == Some(waiter.id);
+            waiters.remove(waiter.db, &waiter.key, waiter.id);
+            if was_head && waiters.len(waiter.db, &waiter.key) > 0 {
+                // The head left unserved (timeout, disconnect): the next waiter
+                // must be offered the lease in case it is free.
+                crate::reaper::resignal_later(waiter.db, &waiter.key);
+            }
+        },
+    );
 }

@@ -13,7 +13,9 @@ use redis_module::raw;
 use crate::data_type::{self, lease_type, resource_type};
 use crate::error;
 use crate::inner::{self, Verdict};
-use crate::lease::{Acquire, Holder, Lease, State, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::lease::{
+    Acquire, Holder, Lease, State, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS,
+};
 use crate::node::{self, STATS};
 use crate::rm::{self, api, Ctx, Key, RString, Slot};
 
@@ -37,7 +39,9 @@ fn parse_ttl(b: &[u8]) -> Result<u64, &'static CStr> {
 }
 
 fn parse_fence(b: &[u8]) -> Result<u64, &'static CStr> {
-    parse_u64(b).filter(|v| *v < FENCE_LIMIT).ok_or(error::FENCE)
+    parse_u64(b)
+        .filter(|v| *v < FENCE_LIMIT)
+        .ok_or(error::FENCE)
 }
 
 fn check_token(b: &[u8]) -> Result<&[u8], &'static CStr> {
@@ -197,7 +201,9 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         Ok(Acquire::Busy) => {
             node::bump(&STATS.contended);
             return match parsed.block_ms {
-                Some(timeout) => crate::blocking::block(ctx, parsed.key, token, parsed.ttl_ms, timeout),
+                Some(timeout) => {
+                    crate::blocking::block(ctx, parsed.key, token, parsed.ttl_ms, timeout)
+                }
                 None => rm::reply_null(ctx),
             };
         }
@@ -237,7 +243,10 @@ pub extern "C" fn renew_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
 
 fn renew(ctx: Ctx, args: &[RString]) -> c_int {
     let [_, key_name, token, ttl] = args else {
-        return rm::reply_error(ctx, c"ERR wrong number of arguments for 'lease.renew' command");
+        return rm::reply_error(
+            ctx,
+            c"ERR wrong number of arguments for 'lease.renew' command",
+        );
     };
     let parsed = check_token(rm::bytes(*token)).and_then(|t| Ok((t, parse_ttl(rm::bytes(*ttl))?)));
     let (token, ttl_ms) = match parsed {
@@ -278,7 +287,10 @@ pub extern "C" fn release_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> 
 
 fn release(ctx: Ctx, args: &[RString]) -> c_int {
     let [_, key_name, token] = args else {
-        return rm::reply_error(ctx, c"ERR wrong number of arguments for 'lease.release' command");
+        return rm::reply_error(
+            ctx,
+            c"ERR wrong number of arguments for 'lease.release' command",
+        );
     };
     let token = match check_token(rm::bytes(*token)) {
         Ok(t) => t,
@@ -293,7 +305,10 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         Slot::Ours(lease) => Some(lease),
     };
     let now = rm::now_ms();
-    let before = lease.as_ref().and_then(|l| l.holder()).map(|h| h.deadline_ms);
+    let before = lease
+        .as_ref()
+        .and_then(|l| l.holder())
+        .map(|h| h.deadline_ms);
     let Some(lease) = lease else {
         node::bump(&STATS.releases_rejected);
         return rm::reply_integer(ctx, 0);
@@ -326,7 +341,10 @@ pub extern "C" fn info_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_i
 
 fn info(ctx: Ctx, args: &[RString]) -> c_int {
     let [_, key_name] = args else {
-        return rm::reply_error(ctx, c"ERR wrong number of arguments for 'lease.info' command");
+        return rm::reply_error(
+            ctx,
+            c"ERR wrong number of arguments for 'lease.info' command",
+        );
     };
     let Some(mut key) = Key::open_read(ctx, *key_name) else {
         return rm::reply_null(ctx);
@@ -354,17 +372,24 @@ fn info(ctx: Ctx, args: &[RString]) -> c_int {
 /// `LEASE.FENCE resource fence [command [arg ...]]`
 pub extern "C" fn fence_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     if unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx) } != 0 {
-        return rm::guard("LEASE.FENCE getkeys", || OK, || {
-            inner::report_keys(ctx, rm::args(argv, argc));
-            OK
-        });
+        return rm::guard(
+            "LEASE.FENCE getkeys",
+            || OK,
+            || {
+                inner::report_keys(ctx, rm::args(argv, argc));
+                OK
+            },
+        );
     }
     command("LEASE.FENCE", ctx, argv, argc, fence)
 }
 
 fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     let [_, resource, fence_arg, inner_args @ ..] = args else {
-        return rm::reply_error(ctx, c"ERR wrong number of arguments for 'lease.fence' command");
+        return rm::reply_error(
+            ctx,
+            c"ERR wrong number of arguments for 'lease.fence' command",
+        );
     };
     let fence = match parse_fence(rm::bytes(*fence_arg)) {
         Ok(f) => f,
@@ -395,7 +420,10 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
             Verdict::Nested => return rm::reply_error(ctx, error::FENCE_NESTED),
             Verdict::Unknown => return rm::reply_error(ctx, error::FENCE_UNKNOWN_COMMAND),
             Verdict::Forbidden => {
-                return rm::reply_error_string(ctx, &error::fence_forbidden(rm::bytes(inner_args[0])))
+                return rm::reply_error_string(
+                    ctx,
+                    &error::fence_forbidden(rm::bytes(inner_args[0])),
+                )
             }
         }
         match inner::call(ctx, inner_args) {
@@ -450,7 +478,8 @@ pub extern "C" fn apply_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
 }
 
 fn apply(ctx: Ctx, args: &[RString]) -> c_int {
-    let from_master_or_aof = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    let from_master_or_aof =
+        raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
     if rm::context_flags(ctx) & from_master_or_aof == 0 {
         return rm::reply_error(ctx, error::INTERNAL_ONLY);
     }
@@ -497,46 +526,6 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
         reindex(ctx, *key_name, before, to);
     }
     rm::reply_simple(ctx, c"OK")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn integers_parse_like_redis_clients_send_them() {
-        assert_eq!(parse_u64(b"0"), Some(0));
-        assert_eq!(parse_u64(b"30000"), Some(30000));
-        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
-        for bad in [&b""[..], b"-1", b"+1", b"1.5", b" 1", b"1e3", b"18446744073709551616", b"abc"] {
-            assert_eq!(parse_u64(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn ttl_and_fence_ranges() {
-        assert!(parse_ttl(b"0").is_err());
-        assert_eq!(parse_ttl(b"1"), Ok(1));
-        assert_eq!(parse_ttl(b"1099511627776"), Ok(MAX_TTL_MS));
-        assert!(parse_ttl(b"1099511627777").is_err());
-        assert_eq!(parse_fence(b"9007199254740991"), Ok(FENCE_LIMIT - 1));
-        assert!(parse_fence(b"9007199254740992").is_err());
-    }
-
-    #[test]
-    fn generated_tokens_are_32_hex_and_differ() {
-        let a = generate_token();
-        let b = generate_token();
-        assert!(a.iter().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
-        assert_ne!(a, b);
-    }
-
-    #[test]
-    fn token_length_limits() {
-        assert!(check_token(b"").is_err());
-        assert!(check_token(&[b'x'; 256]).is_ok());
-        assert!(check_token(&[b'x'; 257]).is_err());
-    }
 }
 
 /// One command's registration: name, handler, flags, arity, key specs and
@@ -650,7 +639,15 @@ pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
     };
     for spec in SPECS {
         let create = |flags: &CStr| unsafe {
-            api!(RedisModule_CreateCommand)(ctx, spec.name.as_ptr(), Some(spec.handler), flags.as_ptr(), 1, 1, 1)
+            api!(RedisModule_CreateCommand)(
+                ctx,
+                spec.name.as_ptr(),
+                Some(spec.handler),
+                flags.as_ptr(),
+                1,
+                1,
+                1,
+            )
         };
         let created = if spec.name == c"lease.apply" {
             create(c"write internal") == OK || create(spec.flags) == OK
@@ -699,10 +696,63 @@ pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
                 categories.push_str(" lease");
             }
             let categories = std::ffi::CString::new(categories.trim()).unwrap_or_default();
-            if !categories.is_empty() && unsafe { set_categories(command, categories.as_ptr()) } != OK {
+            if !categories.is_empty()
+                && unsafe { set_categories(command, categories.as_ptr()) } != OK
+            {
                 return Err(format!("cannot set ACL categories of {:?}", spec.name));
             }
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_parse_like_redis_clients_send_them() {
+        assert_eq!(parse_u64(b"0"), Some(0));
+        assert_eq!(parse_u64(b"30000"), Some(30000));
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"+1",
+            b"1.5",
+            b" 1",
+            b"1e3",
+            b"18446744073709551616",
+            b"abc",
+        ] {
+            assert_eq!(parse_u64(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn ttl_and_fence_ranges() {
+        assert!(parse_ttl(b"0").is_err());
+        assert_eq!(parse_ttl(b"1"), Ok(1));
+        assert_eq!(parse_ttl(b"1099511627776"), Ok(MAX_TTL_MS));
+        assert!(parse_ttl(b"1099511627777").is_err());
+        assert_eq!(parse_fence(b"9007199254740991"), Ok(FENCE_LIMIT - 1));
+        assert!(parse_fence(b"9007199254740992").is_err());
+    }
+
+    #[test]
+    fn generated_tokens_are_32_hex_and_differ() {
+        let a = generate_token();
+        let b = generate_token();
+        assert!(a
+            .iter()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn token_length_limits() {
+        assert!(check_token(b"").is_err());
+        assert!(check_token(&[b'x'; 256]).is_ok());
+        assert!(check_token(&[b'x'; 257]).is_err());
+    }
 }

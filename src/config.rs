@@ -27,5 +27,7 @@ pub fn reap_batch() -> usize {
 }
 
 pub fn reap_interval_ms() -> i64 {
-    1000 / REAP_HZ.load(Ordering::Relaxed).clamp(REAP_HZ_MIN, REAP_HZ_MAX)
+    1000 / REAP_HZ
+        .load(Ordering::Relaxed)
+        .clamp(REAP_HZ_MIN, REAP_HZ_MAX)
 }

@@ -151,18 +151,22 @@ unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int)
 /// # Safety
 /// `value` is a `Lease` this module stored.
 unsafe extern "C" fn lease_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    rm::guard("lease-key save", || (), || {
-        let Some(lease) = value.cast::<Lease>().as_ref() else {
-            return;
-        };
-        let (deadline, token) = match lease.holder() {
-            Some(h) => (h.deadline_ms, &h.token[..]),
-            None => (0, &[][..]),
-        };
-        api!(RedisModule_SaveUnsigned)(rdb, lease.fence());
-        api!(RedisModule_SaveUnsigned)(rdb, deadline);
-        raw::save_slice(rdb, token);
-    })
+    rm::guard(
+        "lease-key save",
+        || (),
+        || {
+            let Some(lease) = value.cast::<Lease>().as_ref() else {
+                return;
+            };
+            let (deadline, token) = match lease.holder() {
+                Some(h) => (h.deadline_ms, &h.token[..]),
+                None => (0, &[][..]),
+            };
+            api!(RedisModule_SaveUnsigned)(rdb, lease.fence());
+            api!(RedisModule_SaveUnsigned)(rdb, deadline);
+            raw::save_slice(rdb, token);
+        },
+    )
 }
 
 /// # Safety
@@ -172,25 +176,29 @@ unsafe extern "C" fn lease_aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    rm::guard("lease-key AOF rewrite", || (), || {
-        let Some(lease) = value.cast::<Lease>().as_ref() else {
-            return;
-        };
-        let (deadline, token) = match lease.holder() {
-            Some(h) => (h.deadline_ms, &h.token[..]),
-            None => (0, &[][..]),
-        };
-        api!(RedisModule_EmitAOF)(
-            aof,
-            c"LEASE.APPLY".as_ptr(),
-            c"sllb".as_ptr(),
-            key,
-            lease.fence() as i64,
-            deadline as i64,
-            token.as_ptr(),
-            token.len(),
-        );
-    })
+    rm::guard(
+        "lease-key AOF rewrite",
+        || (),
+        || {
+            let Some(lease) = value.cast::<Lease>().as_ref() else {
+                return;
+            };
+            let (deadline, token) = match lease.holder() {
+                Some(h) => (h.deadline_ms, &h.token[..]),
+                None => (0, &[][..]),
+            };
+            api!(RedisModule_EmitAOF)(
+                aof,
+                c"LEASE.APPLY".as_ptr(),
+                c"sllb".as_ptr(),
+                key,
+                lease.fence() as i64,
+                deadline as i64,
+                token.as_ptr(),
+                token.len(),
+            );
+        },
+    )
 }
 
 /// # Safety
@@ -245,26 +253,30 @@ unsafe extern "C" fn lease_copy(
 /// # Safety
 /// Called by Redis with a valid IO handle while loading an RDB.
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
-    rm::guard("fence sequence load", || raw::REDISMODULE_ERR as c_int, || {
-        if encver != ENCODING_VERSION {
-            load_failed(&format!("fence sequence aux encoding version {encver}"));
-            return raw::REDISMODULE_ERR as c_int;
-        }
-        match raw::load_unsigned(rdb) {
-            Ok(last) if last < FENCE_LIMIT => {
-                node::fences().observe(last);
-                raw::REDISMODULE_OK as c_int
+    rm::guard(
+        "fence sequence load",
+        || raw::REDISMODULE_ERR as c_int,
+        || {
+            if encver != ENCODING_VERSION {
+                load_failed(&format!("fence sequence aux encoding version {encver}"));
+                return raw::REDISMODULE_ERR as c_int;
             }
-            Ok(_) => {
-                load_failed("a fence sequence not below 2^53");
-                raw::REDISMODULE_ERR as c_int
+            match raw::load_unsigned(rdb) {
+                Ok(last) if last < FENCE_LIMIT => {
+                    node::fences().observe(last);
+                    raw::REDISMODULE_OK as c_int
+                }
+                Ok(_) => {
+                    load_failed("a fence sequence not below 2^53");
+                    raw::REDISMODULE_ERR as c_int
+                }
+                Err(_) => {
+                    load_failed("a truncated fence sequence");
+                    raw::REDISMODULE_ERR as c_int
+                }
             }
-            Err(_) => {
-                load_failed("a truncated fence sequence");
-                raw::REDISMODULE_ERR as c_int
-            }
-        }
-    })
+        },
+    )
 }
 
 /// # Safety
@@ -276,10 +288,7 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
 
 /// # Safety
 /// Called by Redis with a valid IO handle.
-unsafe extern "C" fn resource_rdb_load(
-    rdb: *mut raw::RedisModuleIO,
-    encver: c_int,
-) -> *mut c_void {
+unsafe extern "C" fn resource_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     rm::guard("fence-rec load", std::ptr::null_mut, || {
         if encver != ENCODING_VERSION {
             return load_failed(&format!("fence-rec encoding version {encver}"));

@@ -18,7 +18,8 @@ pub const FENCE_EXHAUSTED: &CStr =
     c"ERR fence sequence exhausted: fences must stay below 2^53 (is the clock past year 2248?)";
 pub const FENCE_NESTED: &CStr = c"ERR LEASE.FENCE cannot run LEASE commands";
 pub const FENCE_UNKNOWN_COMMAND: &CStr = c"ERR LEASE.FENCE: unknown inner command";
-pub const FENCE_CALL_REFUSED: &CStr = c"ERR LEASE.FENCE: the server refused to run the inner command";
+pub const FENCE_CALL_REFUSED: &CStr =
+    c"ERR LEASE.FENCE: the server refused to run the inner command";
 pub const INTERNAL_ONLY: &CStr =
     c"ERR LEASE.APPLY only replays effects from a master or the AOF; clients cannot call it";
 pub const APPLY_ARGS: &CStr = c"ERR LEASE.APPLY: malformed effect";

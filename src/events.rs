@@ -18,7 +18,10 @@ const OK: c_int = raw::REDISMODULE_OK as c_int;
 
 pub fn subscribe(ctx: Ctx) -> Result<(), String> {
     let server_events: [(u64, raw::RedisModuleEventCallback); 6] = [
-        (raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, Some(on_role_changed)),
+        (
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            Some(on_role_changed),
+        ),
         (raw::REDISMODULE_EVENT_LOADING, Some(on_loading)),
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
@@ -49,31 +52,44 @@ pub fn refresh_role(ctx: Ctx) {
 
 /// # Safety
 /// Called by Redis for a subscribed server event.
-unsafe extern "C" fn on_role_changed(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, _d: *mut c_void) {
-    rm::guard("role change", || (), || {
-        let primary = sub == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER;
-        node::set_primary(primary);
-        if primary {
-            // The replica kept no index; build it from what it replicated.
-            crate::reaper::rescan();
-        } else {
-            node::index().clear();
-        }
-        let _ = ctx;
-    })
+unsafe extern "C" fn on_role_changed(
+    ctx: Ctx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    _d: *mut c_void,
+) {
+    rm::guard(
+        "role change",
+        || (),
+        || {
+            let primary = sub == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER;
+            node::set_primary(primary);
+            if primary {
+                // The replica kept no index; build it from what it replicated.
+                crate::reaper::rescan();
+            } else {
+                node::index().clear();
+            }
+            let _ = ctx;
+        },
+    )
 }
 
 /// # Safety
 /// Called by Redis for a subscribed server event.
 unsafe extern "C" fn on_loading(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, _d: *mut c_void) {
-    rm::guard("loading", || (), || {
-        if sub == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
-            refresh_role(ctx);
-            if node::is_primary() {
-                crate::reaper::rescan();
+    rm::guard(
+        "loading",
+        || (),
+        || {
+            if sub == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
+                refresh_role(ctx);
+                if node::is_primary() {
+                    crate::reaper::rescan();
+                }
             }
-        }
-    })
+        },
+    )
 }
 
 /// # Safety
@@ -97,45 +113,67 @@ unsafe extern "C" fn on_swapdb(_ctx: Ctx, _e: raw::RedisModuleEvent, _sub: u64, 
 
 /// # Safety
 /// `data` is a `RedisModuleConfigChange`.
-unsafe extern "C" fn on_config_change(ctx: Ctx, _e: raw::RedisModuleEvent, _sub: u64, data: *mut c_void) {
-    rm::guard("config change", || (), || {
-        let Some(change) = data.cast::<raw::RedisModuleConfigChange>().as_ref() else {
-            return;
-        };
-        let names = std::slice::from_raw_parts(change.config_names, change.num_changes as usize);
-        let touches_eviction = names.iter().any(|&n| {
-            let n = CStr::from_ptr(n).to_bytes();
-            n.starts_with(b"maxmemory")
-        });
-        if touches_eviction {
-            crate::eviction::refresh(ctx);
-        }
-    })
+unsafe extern "C" fn on_config_change(
+    ctx: Ctx,
+    _e: raw::RedisModuleEvent,
+    _sub: u64,
+    data: *mut c_void,
+) {
+    rm::guard(
+        "config change",
+        || (),
+        || {
+            let Some(change) = data.cast::<raw::RedisModuleConfigChange>().as_ref() else {
+                return;
+            };
+            let names =
+                std::slice::from_raw_parts(change.config_names, change.num_changes as usize);
+            let touches_eviction = names.iter().any(|&n| {
+                let n = CStr::from_ptr(n).to_bytes();
+                n.starts_with(b"maxmemory")
+            });
+            if touches_eviction {
+                crate::eviction::refresh(ctx);
+            }
+        },
+    )
 }
 
 /// # Safety
 /// Called by Redis for a subscribed server event.
-unsafe extern "C" fn on_module_change(_ctx: Ctx, _e: raw::RedisModuleEvent, _sub: u64, _d: *mut c_void) {
+unsafe extern "C" fn on_module_change(
+    _ctx: Ctx,
+    _e: raw::RedisModuleEvent,
+    _sub: u64,
+    _d: *mut c_void,
+) {
     crate::inner::forget_verdicts();
 }
 
 /// # Safety
 /// Called by Redis for a subscribed keyspace event, with the context's
 /// database set to the key's.
-unsafe extern "C" fn on_keyspace_event(ctx: Ctx, _class: c_int, event: *const c_char, key: RString) -> c_int {
-    rm::guard("keyspace event", || OK, || {
-        let event = CStr::from_ptr(event).to_bytes();
-        match event {
-            b"rename_to" | b"move_to" | b"copy_to" | b"restore" => track(ctx, key),
-            b"del" | b"expired" | b"evicted" => {
-                if crate::blocking::has_waiters(ctx, key) {
-                    crate::blocking::signal(ctx, key);
+unsafe extern "C" fn on_keyspace_event(
+    ctx: Ctx,
+    _class: c_int,
+    event: *const c_char,
+    key: RString,
+) -> c_int {
+    rm::guard(
+        "keyspace event",
+        || OK,
+        || {
+            let event = CStr::from_ptr(event).to_bytes();
+            match event {
+                b"rename_to" | b"move_to" | b"copy_to" | b"restore" => track(ctx, key),
+                b"del" | b"expired" | b"evicted" if crate::blocking::has_waiters(ctx, key) => {
+                    crate::blocking::signal(ctx, key)
                 }
+                _ => {}
             }
-            _ => {}
-        }
-        OK
-    })
+            OK
+        },
+    )
 }
 
 /// Indexes a lease key that appeared under a new name or database.

@@ -31,7 +31,9 @@ enum_configuration! {
 /// The config's current value, as an atomic the ACQUIRE path can read.
 pub struct Mode(std::sync::atomic::AtomicI32);
 
-pub static MODE: Mode = Mode(std::sync::atomic::AtomicI32::new(AllkeysEviction::refuse as i32));
+pub static MODE: Mode = Mode(std::sync::atomic::AtomicI32::new(
+    AllkeysEviction::refuse as i32,
+));
 
 impl ConfigurationValue<AllkeysEviction> for Mode {
     fn get(&self, _ctx: &ConfigurationContext) -> AllkeysEviction {
@@ -85,14 +87,23 @@ pub fn refresh(ctx: Ctx) {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     MAXMEMORY.store(maxmemory, Ordering::Relaxed);
-    ALLKEYS_AT_RISK.store(maxmemory > 0 && policy.starts_with("allkeys-"), Ordering::Relaxed);
+    ALLKEYS_AT_RISK.store(
+        maxmemory > 0 && policy.starts_with("allkeys-"),
+        Ordering::Relaxed,
+    );
     *POLICY.lock().unwrap_or_else(|e| e.into_inner()) = policy;
 }
 
 /// `CONFIG GET name` through the server, as a string.
 fn config_get(ctx: Ctx, name: &CStr) -> Option<String> {
     let reply = unsafe {
-        api!(RedisModule_Call)(ctx, c"CONFIG".as_ptr(), c"cc".as_ptr(), c"GET".as_ptr(), name.as_ptr())
+        api!(RedisModule_Call)(
+            ctx,
+            c"CONFIG".as_ptr(),
+            c"cc".as_ptr(),
+            c"GET".as_ptr(),
+            name.as_ptr(),
+        )
     };
     if reply.is_null() {
         return None;
@@ -111,7 +122,10 @@ fn config_get(ctx: Ctx, name: &CStr) -> Option<String> {
     });
     unsafe { api!(RedisModule_FreeCallReply)(reply) };
     if text.is_none() {
-        rm::log_warning(ctx, "redis-lease: could not read the server's eviction settings");
+        rm::log_warning(
+            ctx,
+            "redis-lease: could not read the server's eviction settings",
+        );
     }
     text
 }

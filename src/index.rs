@@ -168,7 +168,10 @@ mod tests {
         idx.insert(20, 1, b"b");
         assert_eq!(idx.pop_due(5), None);
         assert_eq!(idx.pop_due(25).map(|e| e.key), Some(b"a"[..].into()));
-        assert_eq!(idx.pop_due(25).map(|e| (e.db, e.key)), Some((1, b"b"[..].into())));
+        assert_eq!(
+            idx.pop_due(25).map(|e| (e.db, e.key)),
+            Some((1, b"b"[..].into()))
+        );
         assert_eq!(idx.pop_due(25), None);
         assert_eq!(idx.next_deadline(), Some(30));
         assert_eq!(idx.pop_due(30).map(|e| e.deadline_ms), Some(30));

@@ -13,37 +13,48 @@ use crate::rm::api;
 /// # Safety
 /// Called by Redis with a valid info context.
 pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    crate::rm::guard("INFO", || (), || {
-        let add = |name: &std::ffi::CStr, value: u64| {
-            api!(RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), value);
-        };
-        api!(RedisModule_InfoAddSection)(ctx, std::ptr::null());
-        add(c"keys", read(&STATS.lease_keys));
-        add(c"resource_keys", read(&STATS.resource_keys));
-        add(c"indexed_deadlines", node::index().len() as u64);
-        add(c"waiters", node::waiters().total() as u64);
-        add(c"fence_last", node::fences().last());
-        add(c"grants", read(&STATS.grants));
-        add(c"grants_to_waiters", read(&STATS.waiter_grants));
-        add(c"retries", read(&STATS.retries));
-        add(c"acquires_contended", read(&STATS.contended));
-        add(c"block_timeouts", read(&STATS.block_timeouts));
-        add(c"renewals", read(&STATS.renewals));
-        add(c"renewals_rejected", read(&STATS.renewals_rejected));
-        add(c"releases", read(&STATS.releases));
-        add(c"releases_rejected", read(&STATS.releases_rejected));
-        add(c"expired", read(&STATS.expired));
-        add(c"fence_accepted", read(&STATS.fence_accepted));
-        add(c"fence_rejected", read(&STATS.fence_rejected));
-        add(c"evicted", read(&STATS.evicted));
-        add(c"restored", read(&STATS.restored));
-        add(c"acquires_refused_for_eviction", read(&STATS.eviction_refused));
-        let policy = CString::new(eviction::policy()).unwrap_or_default();
-        api!(RedisModule_InfoAddFieldCString)(ctx, c"maxmemory_policy".as_ptr(), policy.as_ptr());
-        add(c"maxmemory", eviction::maxmemory());
-        let mode = format!("{:?}", eviction::MODE.current());
-        let mode = CString::new(mode).unwrap_or_default();
-        api!(RedisModule_InfoAddFieldCString)(ctx, c"allkeys_eviction".as_ptr(), mode.as_ptr());
-        add(c"role_primary", u64::from(node::is_primary()));
-    })
+    crate::rm::guard(
+        "INFO",
+        || (),
+        || {
+            let add = |name: &std::ffi::CStr, value: u64| {
+                api!(RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), value);
+            };
+            api!(RedisModule_InfoAddSection)(ctx, std::ptr::null());
+            add(c"keys", read(&STATS.lease_keys));
+            add(c"resource_keys", read(&STATS.resource_keys));
+            add(c"indexed_deadlines", node::index().len() as u64);
+            add(c"waiters", node::waiters().total() as u64);
+            add(c"fence_last", node::fences().last());
+            add(c"grants", read(&STATS.grants));
+            add(c"grants_to_waiters", read(&STATS.waiter_grants));
+            add(c"retries", read(&STATS.retries));
+            add(c"acquires_contended", read(&STATS.contended));
+            add(c"block_timeouts", read(&STATS.block_timeouts));
+            add(c"renewals", read(&STATS.renewals));
+            add(c"renewals_rejected", read(&STATS.renewals_rejected));
+            add(c"releases", read(&STATS.releases));
+            add(c"releases_rejected", read(&STATS.releases_rejected));
+            add(c"expired", read(&STATS.expired));
+            add(c"fence_accepted", read(&STATS.fence_accepted));
+            add(c"fence_rejected", read(&STATS.fence_rejected));
+            add(c"evicted", read(&STATS.evicted));
+            add(c"restored", read(&STATS.restored));
+            add(
+                c"acquires_refused_for_eviction",
+                read(&STATS.eviction_refused),
+            );
+            let policy = CString::new(eviction::policy()).unwrap_or_default();
+            api!(RedisModule_InfoAddFieldCString)(
+                ctx,
+                c"maxmemory_policy".as_ptr(),
+                policy.as_ptr(),
+            );
+            add(c"maxmemory", eviction::maxmemory());
+            let mode = format!("{:?}", eviction::MODE.current());
+            let mode = CString::new(mode).unwrap_or_default();
+            api!(RedisModule_InfoAddFieldCString)(ctx, c"allkeys_eviction".as_ptr(), mode.as_ptr());
+            add(c"role_primary", u64::from(node::is_primary()));
+        },
+    )
 }

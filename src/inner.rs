@@ -24,7 +24,10 @@ pub enum Verdict {
 /// Verdicts by lowercase command name (`name` or `container|sub`). Filled on
 /// first use of each name, from `COMMAND INFO`, so the hot path is one map
 /// look-up. Cleared when a module loads or unloads.
-static VERDICTS: Mutex<Option<HashMap<Vec<u8>, (Verdict, bool)>>> = Mutex::new(None);
+static VERDICTS: Mutex<Option<HashMap<Vec<u8>, Known>>> = Mutex::new(None);
+
+/// A command's verdict, and whether it is a container of subcommands.
+type Known = (Verdict, bool);
 
 pub fn forget_verdicts() {
     *VERDICTS.lock().unwrap_or_else(|e| e.into_inner()) = None;
@@ -57,7 +60,7 @@ pub fn verdict(ctx: Ctx, args: &[RString]) -> Verdict {
     lookup(ctx, &full).0
 }
 
-fn lookup(ctx: Ctx, name: &[u8]) -> (Verdict, bool) {
+fn lookup(ctx: Ctx, name: &[u8]) -> Known {
     let mut cache = VERDICTS.lock().unwrap_or_else(|e| e.into_inner());
     let cache = cache.get_or_insert_with(HashMap::new);
     if let Some(v) = cache.get(name) {
@@ -72,7 +75,7 @@ fn lookup(ctx: Ctx, name: &[u8]) -> (Verdict, bool) {
 }
 
 /// Runs `COMMAND INFO name` and reads the flags and subcommands out of it.
-fn command_info(ctx: Ctx, name: &[u8]) -> (Verdict, bool) {
+fn command_info(ctx: Ctx, name: &[u8]) -> Known {
     let reply = unsafe {
         api!(RedisModule_Call)(
             ctx,

@@ -222,7 +222,12 @@ impl WaitQueues {
     /// Queues a new waiter at the back and returns its id.
     pub fn enqueue(&mut self, db: i32, key: &[u8]) -> u64 {
         self.next_id += 1;
-        let queue = self.by_db.entry(db).or_default().entry(key.into()).or_default();
+        let queue = self
+            .by_db
+            .entry(db)
+            .or_default()
+            .entry(key.into())
+            .or_default();
         queue.push_back(self.next_id);
         self.total += 1;
         self.next_id
@@ -339,7 +344,10 @@ mod tests {
         assert_eq!(fence, T0 * FENCES_PER_MS);
         assert_eq!(lease.fence(), fence);
         assert_eq!(lease.state(T0), State::Held { ttl_ms: 1000 });
-        assert_eq!(lease.live_holder(T0).map(|h| h.deadline_ms), Some(T0 + 1000));
+        assert_eq!(
+            lease.live_holder(T0).map(|h| h.deadline_ms),
+            Some(T0 + 1000)
+        );
     }
 
     #[test]
@@ -436,7 +444,13 @@ mod tests {
         fences.push(granted(fresh.acquire(b"d", 10, T0 + 10, false, &mut seq)));
         // the clock went backwards: the sequence still rises
         let mut other = Lease::default();
-        fences.push(granted(other.acquire(b"e", 10, T0 - 60_000, false, &mut seq)));
+        fences.push(granted(other.acquire(
+            b"e",
+            10,
+            T0 - 60_000,
+            false,
+            &mut seq,
+        )));
         assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
         assert!(fences.iter().all(|&f| f < FENCE_LIMIT));
     }
@@ -537,11 +551,6 @@ mod tests {
         let mut seq = FenceSequence::new();
         let mut lease = Lease::default();
         granted(lease.acquire(b"a", MAX_TTL_MS, T0, false, &mut seq));
-        assert_eq!(
-            lease.state(T0),
-            State::Held {
-                ttl_ms: MAX_TTL_MS
-            }
-        );
+        assert_eq!(lease.state(T0), State::Held { ttl_ms: MAX_TTL_MS });
     }
 }

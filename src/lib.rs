@@ -34,14 +34,20 @@ const ALLOCATOR: Allocator = std::alloc::System;
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     let raw_ctx = ctx.ctx;
-    unsafe { rm::api!(RedisModule_SetModuleOptions)(raw_ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32) };
+    unsafe {
+        rm::api!(RedisModule_SetModuleOptions)(
+            raw_ctx,
+            raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32,
+        )
+    };
     // The `@lease` ACL category exists where the server lets modules add
     // categories (Redis 7.4+).
     let with_category = match unsafe { raw::RedisModule_AddACLCategory } {
         Some(add) => (unsafe { add(raw_ctx, c"lease".as_ptr()) }) == raw::REDISMODULE_OK as i32,
         None => false,
     };
-    let started = commands::register(raw_ctx, with_category).and_then(|()| events::subscribe(raw_ctx));
+    let started =
+        commands::register(raw_ctx, with_category).and_then(|()| events::subscribe(raw_ctx));
     if let Err(e) = started {
         rm::log_warning(raw_ctx, &format!("redis-lease: {e}"));
         return Status::Err;

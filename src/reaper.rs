@@ -38,7 +38,9 @@ pub fn start(ctx: Ctx) {
 }
 
 fn schedule(ctx: Ctx, after_ms: i64) {
-    unsafe { api!(RedisModule_CreateTimer)(ctx, after_ms.max(1), Some(tick), std::ptr::null_mut()) };
+    unsafe {
+        api!(RedisModule_CreateTimer)(ctx, after_ms.max(1), Some(tick), std::ptr::null_mut())
+    };
 }
 
 /// Rebuilds the deadline index from the keyspace, a little each tick.

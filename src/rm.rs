@@ -149,7 +149,10 @@ impl Key {
     }
 
     pub fn is_empty(&self) -> bool {
-        unsafe { api!(RedisModule_KeyType)(self.inner.as_ptr()) == raw::REDISMODULE_KEYTYPE_EMPTY as c_int }
+        unsafe {
+            api!(RedisModule_KeyType)(self.inner.as_ptr())
+                == raw::REDISMODULE_KEYTYPE_EMPTY as c_int
+        }
     }
 
     /// The value if the key holds `ty`. `T` must be the Rust type stored
@@ -162,7 +165,11 @@ impl Key {
         if unsafe { api!(RedisModule_ModuleTypeGetType)(key) } != ty {
             return Slot::WrongType;
         }
-        match unsafe { api!(RedisModule_ModuleTypeGetValue)(key).cast::<T>().as_mut() } {
+        match unsafe {
+            api!(RedisModule_ModuleTypeGetValue)(key)
+                .cast::<T>()
+                .as_mut()
+        } {
             Some(v) => Slot::Ours(v),
             None => Slot::WrongType,
         }

