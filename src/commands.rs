@@ -101,7 +101,7 @@ fn unindex(ctx: Ctx, key: RString, deadline_ms: u64) {
 }
 
 /// Propagates a lease's whole state as `LEASE.APPLY`.
-fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
+pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
     let (deadline, token) = match lease.holder() {
         Some(h) => (h.deadline_ms, &h.token[..]),
         None => (0, &[][..]),
@@ -173,7 +173,7 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         Ok(p) => p,
         Err(e) => return rm::reply_error(ctx, e),
     };
-    if let Err(e) = crate::eviction::admit_acquire(ctx) {
+    if let Err(e) = crate::eviction::admit(ctx) {
         return rm::reply_error(ctx, e);
     }
     let generated;
@@ -395,6 +395,9 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
         Ok(f) => f,
         Err(e) => return rm::reply_error(ctx, e),
     };
+    if let Err(e) = crate::eviction::admit(ctx) {
+        return rm::reply_error(ctx, e);
+    }
     // Check first, with the key closed again before the inner command runs:
     // the inner command may touch any key, and no handle may outlive that.
     {
@@ -453,15 +456,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     drop(key);
     if recorded {
         node::bump(&STATS.fence_accepted);
-        unsafe {
-            api!(RedisModule_Replicate)(
-                ctx,
-                c"LEASE.FENCE".as_ptr(),
-                c"sl".as_ptr(),
-                *resource,
-                fence as i64,
-            )
-        };
+        replicate_record(ctx, *resource, fence);
         rm::notify(ctx, c"lease.fence", *resource);
     }
     match reply {
@@ -469,6 +464,19 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
         None if recorded => rm::reply_integer(ctx, fence as i64),
         None => rm::reply_error(ctx, error::INTERNAL),
     }
+}
+
+/// Propagates a resource record's highest fence as `LEASE.FENCE`.
+pub fn replicate_record(ctx: Ctx, resource: RString, highest: u64) {
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx,
+            c"LEASE.FENCE".as_ptr(),
+            c"sl".as_ptr(),
+            resource,
+            highest as i64,
+        )
+    };
 }
 
 /// `LEASE.APPLY key fence deadline token`: an effect from a master or the

@@ -17,6 +17,7 @@ use std::os::raw::{c_int, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use crate::eviction;
 use crate::lease::{Holder, Lease, Resource, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN};
 use crate::node::{self, STATS};
 use crate::rm::{self, api, Key};
@@ -43,7 +44,7 @@ pub static LEASE_TYPE: RedisType = RedisType::new(
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(lease_unlink),
         copy2: None,
         aux_save2: None,
     },
@@ -69,7 +70,7 @@ pub static RESOURCE_TYPE: RedisType = RedisType::new(
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(resource_unlink),
         copy2: None,
         aux_save2: None,
     },
@@ -248,6 +249,56 @@ unsafe extern "C" fn lease_copy(
             None => std::ptr::null_mut(),
         }
     })
+}
+
+/// The key's name and database, from an unlink callback's context.
+///
+/// # Safety
+/// `ctx` is the context Redis passed to the callback.
+unsafe fn unlinked_key<'a>(ctx: *mut raw::RedisModuleKeyOptCtx) -> Option<(i32, &'a [u8])> {
+    let name = api!(RedisModule_GetKeyNameFromOptCtx)(ctx);
+    let db = api!(RedisModule_GetDbIdFromOptCtx)(ctx);
+    (!name.is_null()).then(|| (db, rm::bytes(name.cast_mut())))
+}
+
+/// Keeps a copy of a live lease leaving the keyspace, in case this is an
+/// eviction (see `eviction.rs`). Released and expired leases are not live.
+///
+/// # Safety
+/// `value` is a `Lease` this module stored.
+unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    rm::guard(
+        "lease-key unlink",
+        || (),
+        || {
+            let Some(lease) = value.cast::<Lease>().as_ref() else {
+                return;
+            };
+            if lease.live_holder(rm::now_ms()).is_none() {
+                return;
+            }
+            if let Some((db, key)) = unlinked_key(ctx) {
+                let copy = Lease::from_parts(lease.holder().cloned(), lease.fence());
+                eviction::note_unlinked(db, key, eviction::Saved::Lease(copy));
+            }
+        },
+    )
+}
+
+/// # Safety
+/// `value` is a `Resource` this module stored.
+unsafe extern "C" fn resource_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    rm::guard(
+        "fence-rec unlink",
+        || (),
+        || {
+            if let (Some(r), Some((db, key))) =
+                (value.cast::<Resource>().as_ref(), unlinked_key(ctx))
+            {
+                eviction::note_unlinked(db, key, eviction::Saved::Resource(*r));
+            }
+        },
+    )
 }
 
 /// # Safety

@@ -166,7 +166,13 @@ unsafe extern "C" fn on_keyspace_event(
             let event = CStr::from_ptr(event).to_bytes();
             match event {
                 b"rename_to" | b"move_to" | b"copy_to" | b"restore" => track(ctx, key),
-                b"del" | b"expired" | b"evicted" if crate::blocking::has_waiters(ctx, key) => {
+                b"evicted" => {
+                    crate::eviction::on_evicted(ctx, key);
+                    if crate::blocking::has_waiters(ctx, key) {
+                        crate::blocking::signal(ctx, key);
+                    }
+                }
+                b"del" | b"expired" if crate::blocking::has_waiters(ctx, key) => {
                     crate::blocking::signal(ctx, key)
                 }
                 _ => {}

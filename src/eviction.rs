@@ -1,22 +1,37 @@
-//! What `maxmemory` eviction may do to lease keys, and the one check on the
-//! ACQUIRE path that keeps a grant from being made where eviction could take
-//! it silently.
+//! What `maxmemory` eviction may do to lease keys: the one check on the
+//! ACQUIRE and FENCE paths that keeps a grant from being made where eviction
+//! could take it silently, and what happens when eviction takes one anyway.
 //!
 //! Lease keys and resource records have no Redis TTL, so `noeviction` and
 //! every `volatile-*` policy never pick them. Only `allkeys-*` with
-//! `maxmemory` > 0 can; `lease.allkeys-eviction` decides what ACQUIRE does
-//! then. The server's settings are read at load and on every config change
-//! event, so the check itself is two atomic loads.
+//! `maxmemory` > 0 can; `lease.allkeys-eviction` decides:
+//! - `refuse`: LEASE.ACQUIRE and LEASE.FENCE fail while eviction is possible;
+//! - `restore`: an evicted live lease or record is written back, same token,
+//!   fence and deadline, by a post-notification job that runs before any
+//!   command (Redis 7.2.4+, Valkey);
+//! - `allow`: grants go ahead.
+//!
+//! In every mode an eviction of a live lease or a record is counted and, unless
+//! restored, logged: never silent. Redis has deleted the value by the time
+//! it fires the `evicted` event, so the type's unlink callback keeps a copy
+//! of the last live lease or record unlinked, and the event claims it.
+//!
+//! The server's settings are read at load and on every config change event,
+//! so the check on the command path is one atomic load.
 
 use std::ffi::CStr;
+use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use redis_module::configuration::ConfigurationContext;
-use redis_module::{enum_configuration, ConfigurationValue, RedisError};
+use redis_module::{enum_configuration, raw, ConfigurationValue, RedisError};
 
+use crate::data_type;
 use crate::error;
+use crate::lease::{Lease, Resource};
 use crate::node::{self, STATS};
-use crate::rm::{self, api, Ctx};
+use crate::rm::{self, api, Ctx, Key, OwnedString, RString};
 
 enum_configuration! {
     /// `lease.allkeys-eviction`: what LEASE.ACQUIRE does under `allkeys-*`.
@@ -24,6 +39,7 @@ enum_configuration! {
     #[derive(Debug, PartialEq, Eq, Copy)]
     pub enum AllkeysEviction {
         refuse = 0,
+        restore = 1,
         allow = 2,
     }
 }
@@ -41,6 +57,11 @@ impl ConfigurationValue<AllkeysEviction> for Mode {
     }
 
     fn set(&self, _ctx: &ConfigurationContext, val: AllkeysEviction) -> Result<(), RedisError> {
+        if val == AllkeysEviction::restore && !restore_supported() {
+            return Err(RedisError::Str(
+                "restore needs post-notification jobs (Redis 7.2.4 or newer, or Valkey); use refuse or allow",
+            ));
+        }
         self.0.store(val as i32, Ordering::Relaxed);
         Ok(())
     }
@@ -57,17 +78,145 @@ static ALLKEYS_AT_RISK: AtomicBool = AtomicBool::new(false);
 static MAXMEMORY: AtomicU64 = AtomicU64::new(0);
 static POLICY: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 
-/// The ACQUIRE-path check.
-pub fn admit_acquire(_ctx: Ctx) -> Result<(), &'static CStr> {
+/// Whether this server runs post-notification jobs soundly (7.2.4+; Valkey
+/// reports 7.2.4).
+pub fn restore_supported() -> bool {
+    let has_jobs = unsafe { raw::RedisModule_AddPostNotificationJob }.is_some();
+    let version = unsafe { raw::RedisModule_GetServerVersion }.map_or(0, |f| unsafe { f() });
+    has_jobs && version >= 0x00_07_02_04
+}
+
+/// The check on the ACQUIRE and FENCE paths.
+pub fn admit(_ctx: Ctx) -> Result<(), &'static CStr> {
     if !ALLKEYS_AT_RISK.load(Ordering::Relaxed) {
         return Ok(());
     }
     match MODE.current() {
-        AllkeysEviction::allow => Ok(()),
+        AllkeysEviction::allow | AllkeysEviction::restore => Ok(()),
         AllkeysEviction::refuse => {
             node::bump(&STATS.eviction_refused);
             Err(error::EVICTION_REFUSED)
         }
+    }
+}
+
+/// A copy of what was just unlinked from the keyspace.
+pub enum Saved {
+    Lease(Lease),
+    Resource(Resource),
+}
+
+struct Unlinked {
+    db: i32,
+    key: Box<[u8]>,
+    value: Saved,
+}
+
+static LAST_UNLINKED: Mutex<Option<Unlinked>> = Mutex::new(None);
+
+/// Called by the types' unlink callbacks: keeps the last live lease or
+/// record unlinked, in case the unlink is an eviction.
+pub fn note_unlinked(db: i32, key: &[u8], value: Saved) {
+    *LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner()) = Some(Unlinked {
+        db,
+        key: key.into(),
+        value,
+    });
+}
+
+/// The `evicted` keyspace event: if it took a live lease or a record, count
+/// it, and restore it or say so in the log.
+pub fn on_evicted(ctx: Ctx, key: RString) {
+    let db = rm::selected_db(ctx);
+    let name = rm::bytes(key);
+    let taken = LAST_UNLINKED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let Some(unlinked) = taken.filter(|u| u.db == db && *u.key == *name) else {
+        return;
+    };
+    node::bump(&STATS.evicted);
+    if MODE.current() == AllkeysEviction::restore && restore_supported() {
+        let job = Box::into_raw(Box::new(unlinked)).cast::<c_void>();
+        let queued = unsafe {
+            api!(RedisModule_AddPostNotificationJob)(ctx, Some(restore_job), job, Some(free_job))
+        };
+        if queued == raw::REDISMODULE_OK as i32 {
+            return;
+        }
+        // Not queued: Redis did not take ownership of the job.
+        let unlinked = unsafe { Box::from_raw(job.cast::<Unlinked>()) };
+        return warn_lost(ctx, &unlinked);
+    }
+    warn_lost(ctx, &unlinked);
+}
+
+fn warn_lost(ctx: Ctx, unlinked: &Unlinked) {
+    let what = match &unlinked.value {
+        Saved::Lease(l) => format!("live lease (fence {})", l.fence()),
+        Saved::Resource(r) => format!("resource record (highest fence {})", r.highest()),
+    };
+    rm::log_warning(
+        ctx,
+        &format!(
+            "redis-lease: maxmemory eviction deleted the {what} at db {} key '{}'; set maxmemory-policy to noeviction or volatile-*, or lease.allkeys-eviction restore",
+            unlinked.db,
+            String::from_utf8_lossy(&unlinked.key[..unlinked.key.len().min(128)]),
+        ),
+    );
+}
+
+/// # Safety
+/// `pd` is the `Unlinked` queued by `on_evicted`; Redis frees it with
+/// `free_job` after this runs.
+unsafe extern "C" fn restore_job(ctx: Ctx, pd: *mut c_void) {
+    rm::guard(
+        "eviction restore",
+        || (),
+        || {
+            let Some(unlinked) = pd.cast::<Unlinked>().as_mut() else {
+                return;
+            };
+            if !rm::select_db(ctx, unlinked.db) {
+                return;
+            }
+            let name = OwnedString::new(ctx, &unlinked.key);
+            let Some(mut key) = Key::open_write(ctx, name.as_ptr()) else {
+                return;
+            };
+            if !key.is_empty() {
+                return warn_lost(ctx, unlinked);
+            }
+            let value =
+                std::mem::replace(&mut unlinked.value, Saved::Resource(Resource::default()));
+            match value {
+                Saved::Lease(lease) => {
+                    let lease = data_type::store_lease(&mut key, lease);
+                    let deadline = lease.holder().map(|h| h.deadline_ms);
+                    crate::commands::replicate_lease(ctx, name.as_ptr(), lease);
+                    drop(key);
+                    if let (Some(d), true) = (deadline, node::is_primary()) {
+                        node::index().insert(d, unlinked.db, &unlinked.key);
+                    }
+                }
+                Saved::Resource(record) => {
+                    let highest = record.highest();
+                    data_type::store_resource(&mut key, record);
+                    drop(key);
+                    crate::commands::replicate_record(ctx, name.as_ptr(), highest);
+                }
+            }
+            node::bump(&STATS.restored);
+        },
+    )
+}
+
+/// # Safety
+/// `pd` is the `Unlinked` queued by `on_evicted`.
+unsafe extern "C" fn free_job(pd: *mut c_void) {
+    if !pd.is_null() {
+        drop(Box::from_raw(pd.cast::<Unlinked>()));
     }
 }
 
