@@ -10,29 +10,105 @@
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
+use std::ptr::NonNull;
+
+/// Deadlines and databases share one word: deadlines stay below 2^44 ms
+/// (`lease::MAX_DEADLINE_MS` is about 2^43.2), databases below 2^20.
+const DB_BITS: u32 = 20;
+const DB_LIMIT: i32 = 1 << DB_BITS;
+
+fn pack(deadline_ms: u64, db: i32) -> Option<u64> {
+    let in_range = deadline_ms < 1 << (64 - DB_BITS) && (0..DB_LIMIT).contains(&db);
+    in_range.then(|| deadline_ms << DB_BITS | db as u64)
+}
+
+/// A key name behind a thin pointer: a length prefix and the bytes, in one
+/// allocation. Half the size of `Box<[u8]>` in every index entry, which
+/// matters at a million leases.
+pub struct ThinKey(NonNull<u8>);
+
+// The allocation is owned, immutable and never shared.
+unsafe impl Send for ThinKey {}
+unsafe impl Sync for ThinKey {}
+
+const LEN_BYTES: usize = std::mem::size_of::<u32>();
+
+impl ThinKey {
+    fn new(key: &[u8]) -> Self {
+        // Redis keys are at most 512 MB, well inside u32.
+        let len = u32::try_from(key.len()).unwrap_or(u32::MAX) as usize;
+        let mut buf = Vec::with_capacity(LEN_BYTES + len);
+        buf.extend_from_slice(&(len as u32).to_le_bytes());
+        buf.extend_from_slice(&key[..len]);
+        let raw = Box::into_raw(buf.into_boxed_slice()).cast::<u8>();
+        // ok: Box::into_raw never returns null.
+        Self(NonNull::new(raw).unwrap_or(NonNull::dangling()))
+    }
+
+    fn len(&self) -> usize {
+        let mut len = [0u8; LEN_BYTES];
+        // The first bytes of the allocation are the length, written by `new`.
+        unsafe { std::ptr::copy_nonoverlapping(self.0.as_ptr(), len.as_mut_ptr(), LEN_BYTES) };
+        u32::from_le_bytes(len) as usize
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().add(LEN_BYTES), self.len()) }
+    }
+}
+
+impl Drop for ThinKey {
+    fn drop(&mut self) {
+        let whole = std::ptr::slice_from_raw_parts_mut(self.0.as_ptr(), LEN_BYTES + self.len());
+        // Rebuilds the box `new` leaked, with its original length.
+        unsafe { drop(Box::from_raw(whole)) };
+    }
+}
 
 /// One indexed lease key.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Entry {
-    pub deadline_ms: u64,
-    pub db: i32,
-    pub key: Box<[u8]>,
+    packed: u64,
+    key: ThinKey,
+}
+
+impl Entry {
+    pub fn deadline_ms(&self) -> u64 {
+        self.packed >> DB_BITS
+    }
+
+    pub fn db(&self) -> i32 {
+        (self.packed & (DB_LIMIT as u64 - 1)) as i32
+    }
+
+    pub fn key(&self) -> &[u8] {
+        self.key.bytes()
+    }
+}
+
+impl std::fmt::Debug for Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Entry")
+            .field("deadline_ms", &self.deadline_ms())
+            .field("db", &self.db())
+            .field("key", &String::from_utf8_lossy(self.key()))
+            .finish()
+    }
 }
 
 /// Lets the set be searched with a borrowed key name, so that moving an entry
 /// (every renewal does) allocates nothing.
 trait EntryRef {
-    fn parts(&self) -> (u64, i32, &[u8]);
+    fn parts(&self) -> (u64, &[u8]);
 }
 
 impl EntryRef for Entry {
-    fn parts(&self) -> (u64, i32, &[u8]) {
-        (self.deadline_ms, self.db, &self.key)
+    fn parts(&self) -> (u64, &[u8]) {
+        (self.packed, self.key.bytes())
     }
 }
 
-impl EntryRef for (u64, i32, &[u8]) {
-    fn parts(&self) -> (u64, i32, &[u8]) {
+impl EntryRef for (u64, &[u8]) {
+    fn parts(&self) -> (u64, &[u8]) {
         *self
     }
 }
@@ -63,6 +139,26 @@ impl Ord for dyn EntryRef + '_ {
     }
 }
 
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for Entry {}
+
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Entry {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct DeadlineIndex {
     entries: BTreeSet<Entry>,
@@ -83,34 +179,40 @@ impl DeadlineIndex {
         self.entries.clear();
     }
 
+    /// Indexes a key. A database past 2^20 is not indexed: its leases
+    /// still expire (every command checks the deadline), they are only
+    /// not reaped.
     pub fn insert(&mut self, deadline_ms: u64, db: i32, key: &[u8]) {
+        let Some(packed) = pack(deadline_ms, db) else {
+            return;
+        };
         if !self.contains(deadline_ms, db, key) {
             self.entries.insert(Entry {
-                deadline_ms,
-                db,
-                key: key.into(),
+                packed,
+                key: ThinKey::new(key),
             });
         }
     }
 
     pub fn contains(&self, deadline_ms: u64, db: i32, key: &[u8]) -> bool {
-        self.entries
-            .contains(&(deadline_ms, db, key) as &dyn EntryRef)
+        pack(deadline_ms, db).is_some_and(|p| self.entries.contains(&(p, key) as &dyn EntryRef))
     }
 
     pub fn remove(&mut self, deadline_ms: u64, db: i32, key: &[u8]) -> bool {
-        self.entries
-            .remove(&(deadline_ms, db, key) as &dyn EntryRef)
+        pack(deadline_ms, db).is_some_and(|p| self.entries.remove(&(p, key) as &dyn EntryRef))
     }
 
     /// Moves a key from one deadline to another, reusing its entry.
     pub fn reschedule(&mut self, from_ms: u64, to_ms: u64, db: i32, key: &[u8]) {
-        if from_ms == to_ms {
+        let (Some(from), Some(to)) = (pack(from_ms, db), pack(to_ms, db)) else {
+            return;
+        };
+        if from == to {
             return self.insert(to_ms, db, key);
         }
-        match self.entries.take(&(from_ms, db, key) as &dyn EntryRef) {
+        match self.entries.take(&(from, key) as &dyn EntryRef) {
             Some(mut entry) => {
-                entry.deadline_ms = to_ms;
+                entry.packed = to;
                 self.entries.insert(entry);
             }
             None => self.insert(to_ms, db, key),
@@ -119,7 +221,7 @@ impl DeadlineIndex {
 
     /// Takes the earliest entry whose deadline is at or before `now_ms`.
     pub fn pop_due(&mut self, now_ms: u64) -> Option<Entry> {
-        if self.entries.first()?.deadline_ms <= now_ms {
+        if self.entries.first()?.deadline_ms() <= now_ms {
             self.entries.pop_first()
         } else {
             None
@@ -127,20 +229,27 @@ impl DeadlineIndex {
     }
 
     pub fn next_deadline(&self) -> Option<u64> {
-        self.entries.first().map(|e| e.deadline_ms)
+        self.entries.first().map(Entry::deadline_ms)
     }
 
     /// `SWAPDB a b`: keys of one database now live in the other.
     pub fn swap_db(&mut self, a: i32, b: i32) {
+        let (Some(_), Some(_)) = (pack(0, a), pack(0, b)) else {
+            return;
+        };
         let entries = std::mem::take(&mut self.entries);
         self.entries = entries
             .into_iter()
             .map(|mut e| {
-                if e.db == a {
-                    e.db = b;
-                } else if e.db == b {
-                    e.db = a;
-                }
+                let db = e.db();
+                let to = if db == a {
+                    b
+                } else if db == b {
+                    a
+                } else {
+                    db
+                };
+                e.packed = (e.packed & !(DB_LIMIT as u64 - 1)) | to as u64;
                 e
             })
             .collect();
@@ -151,7 +260,7 @@ impl DeadlineIndex {
         if db < 0 {
             self.entries.clear();
         } else {
-            self.entries.retain(|e| e.db != db);
+            self.entries.retain(|e| e.db() != db);
         }
     }
 }
@@ -167,14 +276,17 @@ mod tests {
         idx.insert(10, 0, b"a");
         idx.insert(20, 1, b"b");
         assert_eq!(idx.pop_due(5), None);
-        assert_eq!(idx.pop_due(25).map(|e| e.key), Some(b"a"[..].into()));
         assert_eq!(
-            idx.pop_due(25).map(|e| (e.db, e.key)),
-            Some((1, b"b"[..].into()))
+            idx.pop_due(25).map(|e| e.key().to_vec()),
+            Some(b"a".to_vec())
+        );
+        assert_eq!(
+            idx.pop_due(25).map(|e| (e.db(), e.key().to_vec())),
+            Some((1, b"b".to_vec()))
         );
         assert_eq!(idx.pop_due(25), None);
         assert_eq!(idx.next_deadline(), Some(30));
-        assert_eq!(idx.pop_due(30).map(|e| e.deadline_ms), Some(30));
+        assert_eq!(idx.pop_due(30).map(|e| e.deadline_ms()), Some(30));
         assert_eq!(idx.len(), 0);
     }
 
@@ -204,6 +316,29 @@ mod tests {
         assert!(idx.remove(10, 3, b"k"));
         assert!(!idx.remove(10, 3, b"k"));
         assert!(idx.contains(10, 0, b"k"));
+    }
+
+    #[test]
+    fn thin_keys_hold_any_bytes() {
+        let long = vec![0xffu8; 70_000];
+        for key in [&b""[..], b"k", b"a\0b\r\n", &long] {
+            let k = ThinKey::new(key);
+            assert_eq!(k.bytes(), key);
+        }
+        assert_eq!(std::mem::size_of::<Entry>(), 16);
+    }
+
+    #[test]
+    fn packing_keeps_deadline_and_database_apart() {
+        let mut idx = DeadlineIndex::new();
+        let far = crate::lease::MAX_DEADLINE_MS;
+        idx.insert(far, DB_LIMIT - 1, b"k");
+        let e = idx.pop_due(far).expect("due");
+        assert_eq!((e.deadline_ms(), e.db()), (far, DB_LIMIT - 1));
+        // out of range: not indexed, never wrongly packed
+        idx.insert(10, DB_LIMIT, b"k");
+        idx.insert(10, -1, b"k");
+        assert_eq!(idx.len(), 0);
     }
 
     #[test]

@@ -106,11 +106,11 @@ fn reap(ctx: Ctx, now: u64, batch: usize) -> usize {
             break;
         };
         taken += 1;
-        if !rm::select_db(ctx, entry.db) {
+        if !rm::select_db(ctx, entry.db()) {
             continue;
         }
-        let name = OwnedString::new(ctx, &entry.key);
-        reap_key(ctx, entry.db, name.as_ptr(), &entry.key, now);
+        let name = OwnedString::new(ctx, entry.key());
+        reap_key(ctx, entry.db(), name.as_ptr(), entry.key(), now);
     }
     taken
 }
