@@ -19,7 +19,7 @@ const DB_LIMIT: i32 = 1 << DB_BITS;
 
 fn pack(deadline_ms: u64, db: i32) -> Option<u64> {
     let in_range = deadline_ms < 1 << (64 - DB_BITS) && (0..DB_LIMIT).contains(&db);
-    in_range.then(|| deadline_ms << DB_BITS | db as u64)
+    in_range.then_some(deadline_ms << DB_BITS | db as u64)
 }
 
 /// A key name behind a thin pointer: a length prefix and the bytes, in one
