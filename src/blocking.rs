@@ -192,7 +192,7 @@ unsafe extern "C" fn waiter_timed_out(ctx: Ctx, _argv: *mut RString, _argc: c_in
 ///
 /// # Safety
 /// `privdata` is the `Waiter` that `block` handed to Redis.
-unsafe extern "C" fn free_waiter(_ctx: Ctx, privdata: *mut c_void) {
+unsafe extern "C" fn free_waiter(ctx: Ctx, privdata: *mut c_void) {
     if privdata.is_null() {
         return;
     }
@@ -207,7 +207,7 @@ unsafe extern "C" fn free_waiter(_ctx: Ctx, privdata: *mut c_void) {
             if was_head && waiters.len(waiter.db, &waiter.key) > 0 {
                 // The head left unserved (timeout, disconnect): the next waiter
                 // must be offered the lease in case it is free.
-                crate::reaper::resignal_later(waiter.db, &waiter.key);
+                crate::reaper::resignal_later(ctx, waiter.db, &waiter.key);
             }
         },
     );

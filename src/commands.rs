@@ -195,11 +195,18 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         Slot::Ours(lease) => (lease, true),
     };
     let before = lease.holder().map(|h| h.deadline_ms);
-    let outcome = lease.acquire(token, parsed.ttl_ms, now, false, &mut node::fences());
+    // Clients already waiting get a free lease before this caller does.
+    let queue_ahead = crate::blocking::has_waiters(ctx, parsed.key);
+    let outcome = lease.acquire(token, parsed.ttl_ms, now, queue_ahead, &mut node::fences());
     let fence = match outcome {
         Err(_) => return rm::reply_error(ctx, error::FENCE_EXHAUSTED),
         Ok(Acquire::Busy) => {
             node::bump(&STATS.contended);
+            if queue_ahead && lease.live_holder(now).is_none() {
+                // Free, but owed to the queue: serve its head now rather
+                // than at the reaper's next tick.
+                crate::blocking::signal(ctx, parsed.key);
+            }
             return match parsed.block_ms {
                 Some(timeout) => {
                     crate::blocking::block(ctx, parsed.key, token, parsed.ttl_ms, timeout)

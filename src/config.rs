@@ -31,3 +31,45 @@ pub fn reap_interval_ms() -> i64 {
         .load(Ordering::Relaxed)
         .clamp(REAP_HZ_MIN, REAP_HZ_MAX)
 }
+
+/// The configs a `loadmodule` line may set, as `<name> <value>` pairs.
+pub const NAMES: &[&str] = &["reap-batch", "reap-hz", "allkeys-eviction"];
+
+/// Rejects `loadmodule` arguments that would otherwise be ignored silently:
+/// an unknown name, a `lease.` prefix, a name without a value.
+pub fn check_module_args<'a>(args: impl Iterator<Item = &'a [u8]>) -> Result<(), String> {
+    let args: Vec<&[u8]> = args.collect();
+    for pair in args.chunks(2) {
+        let name = String::from_utf8_lossy(pair[0]);
+        if !NAMES.contains(&name.as_ref()) {
+            return Err(format!(
+                "unknown module argument '{name}': pass configs as '<name> <value>' pairs, names: {}",
+                NAMES.join(", ")
+            ));
+        }
+        if pair.len() < 2 {
+            return Err(format!("module argument '{name}' has no value"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(args: &[&str]) -> Result<(), String> {
+        check_module_args(args.iter().map(|a| a.as_bytes()))
+    }
+
+    #[test]
+    fn module_args_are_name_value_pairs_of_known_configs() {
+        assert!(check(&[]).is_ok());
+        assert!(check(&["reap-hz", "50", "allkeys-eviction", "allow"]).is_ok());
+        assert!(check(&["lease.reap-hz", "50"])
+            .unwrap_err()
+            .contains("unknown"));
+        assert!(check(&["reap-hz"]).unwrap_err().contains("no value"));
+        assert!(check(&["bogus", "1"]).is_err());
+    }
+}

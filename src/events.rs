@@ -168,18 +168,22 @@ unsafe extern "C" fn on_keyspace_event(
                 b"rename_to" | b"move_to" | b"copy_to" | b"restore" => track(ctx, key),
                 b"evicted" => {
                     crate::eviction::on_evicted(ctx, key);
-                    if crate::blocking::has_waiters(ctx, key) {
-                        crate::blocking::signal(ctx, key);
-                    }
+                    wake_waiters(ctx, key);
                 }
-                b"del" | b"expired" if crate::blocking::has_waiters(ctx, key) => {
-                    crate::blocking::signal(ctx, key)
-                }
+                b"del" | b"expired" | b"rename_from" | b"move_from" => wake_waiters(ctx, key),
                 _ => {}
             }
             OK
         },
     )
+}
+
+/// The key left the keyspace: its waiters must not wait for a release that
+/// will never come.
+fn wake_waiters(ctx: Ctx, key: RString) {
+    if crate::blocking::has_waiters(ctx, key) {
+        crate::reaper::resignal_later(ctx, rm::selected_db(ctx), rm::bytes(key));
+    }
 }
 
 /// Indexes a lease key that appeared under a new name or database.

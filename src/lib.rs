@@ -32,8 +32,12 @@ type Allocator = std::alloc::System;
 #[cfg(test)]
 const ALLOCATOR: Allocator = std::alloc::System;
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let raw_ctx = ctx.ctx;
+    if let Err(e) = config::check_module_args(args.iter().map(|a| a.as_slice())) {
+        rm::log_warning(raw_ctx, &format!("redis-lease: {e}"));
+        return Status::Err;
+    }
     unsafe {
         rm::api!(RedisModule_SetModuleOptions)(
             raw_ctx,

@@ -5,12 +5,13 @@
 //! scan budget); a tick that used its budget schedules the next at once.
 
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use redis_module::raw;
 
 use crate::config;
-use crate::data_type::lease_type;
+use crate::data_type::{self, lease_type};
 use crate::lease::Lease;
 use crate::node::{self, STATS};
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
@@ -28,10 +29,12 @@ unsafe impl Send for Rescan {}
 
 static RESCAN: Mutex<Option<Rescan>> = Mutex::new(None);
 
-/// Keys whose queue head left without being served; the next waiter must be
-/// offered the lease. Signalled from the next tick, where a context with the
-/// right database is at hand.
+/// Keys whose waiters must be offered the lease again: the queue head left
+/// unserved (timeout, disconnect), or the key vanished under its waiters
+/// (`DEL`, `RENAME`, eviction). Handled by a one-shot timer a millisecond
+/// later, outside the callback that noticed it.
 static RESIGNAL: Mutex<Vec<(i32, Box<[u8]>)>> = Mutex::new(Vec::new());
+static RESIGNAL_ARMED: AtomicBool = AtomicBool::new(false);
 
 pub fn start(ctx: Ctx) {
     schedule(ctx, config::reap_interval_ms());
@@ -54,12 +57,22 @@ pub fn rescan() {
     *rescan = Some(Rescan { db: 0, cursor });
 }
 
-/// Asks the next tick to offer `key` to its queue again.
-pub fn resignal_later(db: i32, key: &[u8]) {
+/// Asks for `key`'s waiters to be offered the lease again shortly.
+pub fn resignal_later(ctx: Ctx, db: i32, key: &[u8]) {
     RESIGNAL
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push((db, key.into()));
+    if !RESIGNAL_ARMED.swap(true, Ordering::Relaxed) {
+        unsafe { api!(RedisModule_CreateTimer)(ctx, 1, Some(resignal_tick), std::ptr::null_mut()) };
+    }
+}
+
+/// # Safety
+/// Called by Redis as a module timer callback.
+unsafe extern "C" fn resignal_tick(ctx: Ctx, _data: *mut c_void) {
+    RESIGNAL_ARMED.store(false, Ordering::Relaxed);
+    rm::guard("waiter resignal", || (), || resignal(ctx));
 }
 
 /// # Safety
@@ -70,7 +83,6 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
         if !node::is_primary() {
             return interval;
         }
-        resignal(ctx);
         let now = rm::now_ms();
         let batch = config::reap_batch();
         let reaped = reap(ctx, now, batch);
@@ -91,10 +103,22 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
 fn resignal(ctx: Ctx) {
     let pending = std::mem::take(&mut *RESIGNAL.lock().unwrap_or_else(|e| e.into_inner()));
     for (db, key) in pending {
-        if rm::select_db(ctx, db) {
-            let name = OwnedString::new(ctx, &key);
-            crate::blocking::signal(ctx, name.as_ptr());
+        if node::waiters().len(db, &key) == 0 || !rm::select_db(ctx, db) {
+            continue;
         }
+        let name = OwnedString::new(ctx, &key);
+        if let Some(mut open) = Key::open_write(ctx, name.as_ptr()) {
+            if open.is_empty() {
+                // The key vanished under its waiters. Blocked clients are
+                // served only on keys that exist (Redis 7.0), so put a free
+                // lease record there for the head of the queue to take; the
+                // reaper deletes it if the queue empties first.
+                let lease = data_type::store_lease(&mut open, Lease::default());
+                crate::commands::replicate_lease(ctx, name.as_ptr(), lease);
+                node::index().insert(rm::now_ms(), db, &key);
+            }
+        }
+        crate::blocking::signal(ctx, name.as_ptr());
     }
 }
 
@@ -134,11 +158,14 @@ fn reap_key(ctx: Ctx, db: i32, name: RString, key_bytes: &[u8], now: u64) {
         crate::blocking::signal(ctx, name);
         return;
     }
+    let expired = lease.holder().is_some();
     key.delete();
     drop(key);
     rm::replicate_del(ctx, name);
-    rm::notify(ctx, c"lease.expire", name);
-    node::bump(&STATS.expired);
+    if expired {
+        rm::notify(ctx, c"lease.expire", name);
+        node::bump(&STATS.expired);
+    }
 }
 
 struct ScanState {
