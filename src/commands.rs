@@ -135,6 +135,8 @@ struct AcquireArgs<'a> {
     key: RString,
     ttl_ms: u64,
     token: Option<&'a [u8]>,
+    /// Where the token is in the arguments, to redact it.
+    token_pos: Option<usize>,
     block_ms: Option<u64>,
 }
 
@@ -146,14 +148,17 @@ fn parse_acquire(args: &[RString]) -> Result<AcquireArgs<'_>, &'static CStr> {
         key: *key,
         ttl_ms: parse_ttl(rm::bytes(*ttl))?,
         token: None,
+        token_pos: None,
         block_ms: None,
     };
     let mut rest = options;
     while let [option, value, tail @ ..] = rest {
+        let pos = args.len() - rest.len() + 1;
         let option = rm::bytes(*option);
         let value = rm::bytes(*value);
         if option.eq_ignore_ascii_case(b"TOKEN") && parsed.token.is_none() {
             parsed.token = Some(check_token(value)?);
+            parsed.token_pos = Some(pos);
         } else if option.eq_ignore_ascii_case(b"BLOCK") && parsed.block_ms.is_none() {
             let timeout = parse_u64(value).filter(|v| *v <= MAX_TTL_MS);
             parsed.block_ms = Some(timeout.ok_or(error::BLOCK_TIMEOUT)?);
@@ -173,6 +178,9 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         Ok(p) => p,
         Err(e) => return rm::reply_error(ctx, e),
     };
+    if let Some(pos) = parsed.token_pos {
+        rm::redact(ctx, pos);
+    }
     if let Err(e) = crate::eviction::admit(ctx) {
         return rm::reply_error(ctx, e);
     }
@@ -255,6 +263,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
             c"ERR wrong number of arguments for 'lease.renew' command",
         );
     };
+    rm::redact(ctx, 2);
     let parsed = check_token(rm::bytes(*token)).and_then(|t| Ok((t, parse_ttl(rm::bytes(*ttl))?)));
     let (token, ttl_ms) = match parsed {
         Ok(p) => p,
@@ -299,6 +308,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
             c"ERR wrong number of arguments for 'lease.release' command",
         );
     };
+    rm::redact(ctx, 2);
     let token = match check_token(rm::bytes(*token)) {
         Ok(t) => t,
         Err(e) => return rm::reply_error(ctx, e),
@@ -501,6 +511,7 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     let [_, key_name, fence, deadline, token] = args else {
         return rm::reply_error(ctx, error::APPLY_ARGS);
     };
+    rm::redact(ctx, 4);
     let fence = parse_fence(rm::bytes(*fence));
     let deadline = parse_u64(rm::bytes(*deadline)).filter(|d| *d <= MAX_DEADLINE_MS);
     let token = rm::bytes(*token);

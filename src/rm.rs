@@ -249,3 +249,14 @@ pub fn notify(ctx: Ctx, event: &CStr, key: RString) {
 pub fn replicate_del(ctx: Ctx, key: RString) {
     unsafe { api!(RedisModule_Replicate)(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key) };
 }
+
+/// Hides argument `pos` of the current command from MONITOR, SLOWLOG and
+/// the server log: tokens are capabilities.
+pub fn redact(ctx: Ctx, pos: usize) {
+    if let (Some(redact), Ok(pos)) = (
+        unsafe { raw::RedisModule_RedactClientCommandArgument },
+        c_int::try_from(pos),
+    ) {
+        unsafe { redact(ctx, pos) };
+    }
+}
