@@ -57,7 +57,13 @@ pub fn block(ctx: Ctx, key: RString, token: &[u8], ttl_ms: u64, timeout_ms: u64)
     }
     let db = rm::selected_db(ctx);
     let name = rm::bytes(key);
-    let id = node::waiters().enqueue(db, name);
+    let id = {
+        let mut waiters = node::waiters();
+        if waiters.len(db, name) >= crate::config::max_waiters() {
+            return rm::reply_error(ctx, error::TOO_MANY_WAITERS);
+        }
+        waiters.enqueue(db, name)
+    };
     let waiter = Box::new(Waiter {
         id,
         db,

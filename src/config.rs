@@ -17,6 +17,20 @@ pub const REAP_HZ_DEFAULT: i64 = 10;
 pub const REAP_HZ_MIN: i64 = 1;
 pub const REAP_HZ_MAX: i64 = 1_000;
 
+/// Most clients that may wait in one key's queue: a bound on the memory and
+/// the work one busy key can cost.
+pub const MAX_WAITERS_DEFAULT: i64 = 10_000;
+pub const MAX_WAITERS_MIN: i64 = 1;
+pub const MAX_WAITERS_MAX: i64 = 1_000_000;
+
+pub static MAX_WAITERS: AtomicI64 = AtomicI64::new(MAX_WAITERS_DEFAULT);
+
+pub fn max_waiters() -> usize {
+    MAX_WAITERS
+        .load(Ordering::Relaxed)
+        .clamp(MAX_WAITERS_MIN, MAX_WAITERS_MAX) as usize
+}
+
 pub static REAP_BATCH: AtomicI64 = AtomicI64::new(REAP_BATCH_DEFAULT);
 pub static REAP_HZ: AtomicI64 = AtomicI64::new(REAP_HZ_DEFAULT);
 
@@ -33,7 +47,7 @@ pub fn reap_interval_ms() -> i64 {
 }
 
 /// The configs a `loadmodule` line may set, as `<name> <value>` pairs.
-pub const NAMES: &[&str] = &["reap-batch", "reap-hz", "allkeys-eviction"];
+pub const NAMES: &[&str] = &["reap-batch", "reap-hz", "max-waiters", "allkeys-eviction"];
 
 /// Rejects `loadmodule` arguments that would otherwise be ignored silently:
 /// an unknown name, a `lease.` prefix, a name without a value.

@@ -44,3 +44,6 @@ pub fn fence_forbidden(name: &[u8]) -> String {
 }
 
 pub const EVICTION_REFUSED: &CStr = c"ERR lease refused: maxmemory-policy is allkeys-* with maxmemory set, so eviction could silently delete a held lease. Use noeviction, or a volatile-* policy with TTLs on cache keys, or a separate instance for locks, or CONFIG SET lease.allkeys-eviction allow";
+
+pub const TOO_MANY_WAITERS: &CStr =
+    c"ERR too many clients already wait for this key (see lease.max-waiters)";
