@@ -23,7 +23,8 @@ const OK: c_int = raw::REDISMODULE_OK as c_int;
 
 /// Parses a non-negative decimal integer as Redis clients send it.
 fn parse_u64(b: &[u8]) -> Option<u64> {
-    if b.is_empty() || b.len() > 20 {
+    // Like Redis's own integer parsing: no sign, no leading zeros.
+    if b.is_empty() || b.len() > 20 || (b.len() > 1 && b[0] == b'0') {
         return None;
     }
     b.iter().try_fold(0u64, |acc, &c| {
@@ -65,18 +66,53 @@ fn generate_token() -> [u8; 32] {
 }
 
 /// Wraps a command body: a panic becomes an error reply and a log line.
+///
+/// `secret` names the argument that carries a token; it is redacted from
+/// MONITOR, SLOWLOG and logs once the body is done with it (some servers
+/// replace the argument itself, so redacting earlier would hide the token
+/// from the command too).
 fn command(
     name: &str,
     ctx: Ctx,
     argv: *mut RString,
     argc: c_int,
     body: fn(Ctx, &[RString]) -> c_int,
+    secret: fn(&[RString]) -> Option<usize>,
 ) -> c_int {
     rm::guard(
         name,
         || rm::reply_error(ctx, error::INTERNAL),
-        || body(ctx, rm::args(argv, argc)),
+        || {
+            let args = rm::args(argv, argc);
+            let status = body(ctx, args);
+            if let Some(pos) = secret(args) {
+                rm::redact(ctx, pos);
+            }
+            status
+        },
     )
+}
+
+fn no_secret(_: &[RString]) -> Option<usize> {
+    None
+}
+
+/// RENEW and RELEASE: `key token ...`.
+fn second_argument(args: &[RString]) -> Option<usize> {
+    (args.len() > 2).then_some(2)
+}
+
+/// ACQUIRE: the value after `TOKEN`.
+fn token_option(args: &[RString]) -> Option<usize> {
+    (3..args.len().saturating_sub(1))
+        .step_by(2)
+        .find(|&i| rm::bytes(args[i]).eq_ignore_ascii_case(b"TOKEN"))
+        .map(|i| i + 1)
+}
+
+/// APPLY: `key fence deadline token`.
+fn fourth_argument(args: &[RString]) -> Option<usize> {
+    (args.len() > 4).then_some(4)
 }
 
 /// Moves a key's index entry after its deadline changed. The index is kept
@@ -128,15 +164,13 @@ fn reply_grant(ctx: Ctx, token: &[u8], fence: u64) -> c_int {
 
 /// `LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout]`
 pub extern "C" fn acquire_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    command("LEASE.ACQUIRE", ctx, argv, argc, acquire)
+    command("LEASE.ACQUIRE", ctx, argv, argc, acquire, token_option)
 }
 
 struct AcquireArgs<'a> {
     key: RString,
     ttl_ms: u64,
     token: Option<&'a [u8]>,
-    /// Where the token is in the arguments, to redact it.
-    token_pos: Option<usize>,
     block_ms: Option<u64>,
 }
 
@@ -148,17 +182,14 @@ fn parse_acquire(args: &[RString]) -> Result<AcquireArgs<'_>, &'static CStr> {
         key: *key,
         ttl_ms: parse_ttl(rm::bytes(*ttl))?,
         token: None,
-        token_pos: None,
         block_ms: None,
     };
     let mut rest = options;
     while let [option, value, tail @ ..] = rest {
-        let pos = args.len() - rest.len() + 1;
         let option = rm::bytes(*option);
         let value = rm::bytes(*value);
         if option.eq_ignore_ascii_case(b"TOKEN") && parsed.token.is_none() {
             parsed.token = Some(check_token(value)?);
-            parsed.token_pos = Some(pos);
         } else if option.eq_ignore_ascii_case(b"BLOCK") && parsed.block_ms.is_none() {
             let timeout = parse_u64(value).filter(|v| *v <= MAX_TTL_MS);
             parsed.block_ms = Some(timeout.ok_or(error::BLOCK_TIMEOUT)?);
@@ -178,9 +209,6 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         Ok(p) => p,
         Err(e) => return rm::reply_error(ctx, e),
     };
-    if let Some(pos) = parsed.token_pos {
-        rm::redact(ctx, pos);
-    }
     if let Err(e) = crate::eviction::admit(ctx) {
         return rm::reply_error(ctx, e);
     }
@@ -253,7 +281,7 @@ pub fn granted(ctx: Ctx, key: RString, lease: &Lease, before: Option<u64>) {
 
 /// `LEASE.RENEW key token ttl`
 pub extern "C" fn renew_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    command("LEASE.RENEW", ctx, argv, argc, renew)
+    command("LEASE.RENEW", ctx, argv, argc, renew, second_argument)
 }
 
 fn renew(ctx: Ctx, args: &[RString]) -> c_int {
@@ -263,7 +291,6 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
             c"ERR wrong number of arguments for 'lease.renew' command",
         );
     };
-    rm::redact(ctx, 2);
     let parsed = check_token(rm::bytes(*token)).and_then(|t| Ok((t, parse_ttl(rm::bytes(*ttl))?)));
     let (token, ttl_ms) = match parsed {
         Ok(p) => p,
@@ -298,7 +325,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
 
 /// `LEASE.RELEASE key token`
 pub extern "C" fn release_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    command("LEASE.RELEASE", ctx, argv, argc, release)
+    command("LEASE.RELEASE", ctx, argv, argc, release, second_argument)
 }
 
 fn release(ctx: Ctx, args: &[RString]) -> c_int {
@@ -308,7 +335,6 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
             c"ERR wrong number of arguments for 'lease.release' command",
         );
     };
-    rm::redact(ctx, 2);
     let token = match check_token(rm::bytes(*token)) {
         Ok(t) => t,
         Err(e) => return rm::reply_error(ctx, e),
@@ -353,7 +379,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
 
 /// `LEASE.INFO key`
 pub extern "C" fn info_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    command("LEASE.INFO", ctx, argv, argc, info)
+    command("LEASE.INFO", ctx, argv, argc, info, no_secret)
 }
 
 fn info(ctx: Ctx, args: &[RString]) -> c_int {
@@ -398,7 +424,7 @@ pub extern "C" fn fence_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
             },
         );
     }
-    command("LEASE.FENCE", ctx, argv, argc, fence)
+    command("LEASE.FENCE", ctx, argv, argc, fence, no_secret)
 }
 
 fn fence(ctx: Ctx, args: &[RString]) -> c_int {
@@ -446,6 +472,9 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
                 )
             }
         }
+        if inner::touches(ctx, inner_args, rm::bytes(*resource)) {
+            return rm::reply_error(ctx, error::FENCE_TOUCHES_RESOURCE);
+        }
         match inner::call(ctx, inner_args) {
             Ok(reply) => Some(reply),
             // The inner command was refused or failed: nothing is recorded,
@@ -453,6 +482,9 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
             Err(reply) => {
                 node::bump(&STATS.fence_rejected);
                 return match reply {
+                    Some(reply) if reply.is_acl_refusal() => {
+                        rm::reply_error(ctx, error::NOPERM_INNER)
+                    }
                     Some(reply) => reply.send(ctx),
                     None => rm::reply_error(ctx, error::FENCE_CALL_REFUSED),
                 };
@@ -499,7 +531,7 @@ pub fn replicate_record(ctx: Ctx, resource: RString, highest: u64) {
 /// `LEASE.APPLY key fence deadline token`: an effect from a master or the
 /// AOF. An empty token means free.
 pub extern "C" fn apply_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    command("LEASE.APPLY", ctx, argv, argc, apply)
+    command("LEASE.APPLY", ctx, argv, argc, apply, fourth_argument)
 }
 
 fn apply(ctx: Ctx, args: &[RString]) -> c_int {
@@ -511,7 +543,6 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     let [_, key_name, fence, deadline, token] = args else {
         return rm::reply_error(ctx, error::APPLY_ARGS);
     };
-    rm::redact(ctx, 4);
     let fence = parse_fence(rm::bytes(*fence));
     let deadline = parse_u64(rm::bytes(*deadline)).filter(|d| *d <= MAX_DEADLINE_MS);
     let token = rm::bytes(*token);

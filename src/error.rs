@@ -18,6 +18,10 @@ pub const FENCE_EXHAUSTED: &CStr =
     c"ERR fence sequence exhausted: fences must stay below 2^53 (is the clock past year 2248?)";
 pub const FENCE_NESTED: &CStr = c"ERR LEASE.FENCE cannot run LEASE commands";
 pub const FENCE_UNKNOWN_COMMAND: &CStr = c"ERR LEASE.FENCE: unknown inner command";
+pub const FENCE_TOUCHES_RESOURCE: &CStr =
+    c"ERR LEASE.FENCE: the inner command may not use the resource key itself";
+pub const NOPERM_INNER: &CStr =
+    c"NOPERM this user has no permissions to run the inner command or to access one of its keys";
 pub const FENCE_CALL_REFUSED: &CStr =
     c"ERR LEASE.FENCE: the server refused to run the inner command";
 pub const INTERNAL_ONLY: &CStr =
@@ -39,7 +43,7 @@ pub fn fence_forbidden(name: &[u8]) -> String {
         .filter(|c| !c.is_control())
         .collect();
     format!(
-        "ERR LEASE.FENCE cannot run '{shown}': blocking, scripting, transaction and admin commands are not allowed"
+        "ERR LEASE.FENCE cannot run '{shown}': blocking, scripting, transaction, admin and dangerous commands are not allowed"
     )
 }
 

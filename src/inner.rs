@@ -102,6 +102,12 @@ fn command_info(ctx: Ctx, name: &[u8]) -> Known {
             })
         })
         .unwrap_or(true);
+    // `@dangerous` (FLUSHALL, KEYS, SWAPDB, ...) is refused with admin: none
+    // of it belongs inside a fenced write.
+    let dangerous = entry.element(6).is_some_and(|cats| {
+        (0..cats.len()).any(|i| cats.element(i).is_some_and(|c| c.string() == b"@dangerous"))
+    });
+    let forbidden = forbidden || dangerous;
     let container = entry.element(9).is_some_and(|subs| subs.len() > 0);
     let verdict = if forbidden {
         Verdict::Forbidden
@@ -132,6 +138,12 @@ impl CallReply {
 
     pub fn is_error(&self) -> bool {
         self.kind() == raw::REDISMODULE_REPLY_ERROR as c_int
+    }
+
+    /// Redis 7.0 reports an ACL refusal inside a module call as a plain
+    /// `ERR acl verification failed`; newer servers say `NOPERM`.
+    pub fn is_acl_refusal(&self) -> bool {
+        self.is_error() && self.string().starts_with(b"ERR acl verification failed")
     }
 
     fn len(&self) -> usize {
@@ -198,6 +210,40 @@ pub fn call(ctx: Ctx, args: &[RString]) -> Result<CallReply, Option<CallReply>> 
         Some(r) => Ok(r),
         None => Err(None),
     }
+}
+
+/// Whether the inner command names `resource` among its keys: it would
+/// overwrite or delete the record that guards it.
+pub fn touches(ctx: Ctx, inner: &[RString], resource: &[u8]) -> bool {
+    let Some(get_keys) = (unsafe { raw::RedisModule_GetCommandKeysWithFlags }) else {
+        return false;
+    };
+    let mut num: c_int = 0;
+    let mut flags: *mut c_int = std::ptr::null_mut();
+    let positions = unsafe {
+        get_keys(
+            ctx,
+            inner.as_ptr().cast_mut(),
+            inner.len() as c_int,
+            &mut num,
+            &mut flags,
+        )
+    };
+    if positions.is_null() {
+        return false;
+    }
+    let count = usize::try_from(num).unwrap_or(0);
+    let found = unsafe { std::slice::from_raw_parts(positions, count) }
+        .iter()
+        .filter_map(|&p| inner.get(usize::try_from(p).ok()?))
+        .any(|&k| rm::bytes(k) == resource);
+    unsafe {
+        api!(RedisModule_Free)(positions.cast());
+        if !flags.is_null() {
+            api!(RedisModule_Free)(flags.cast());
+        }
+    }
+    found
 }
 
 /// `COMMAND GETKEYS` and cluster routing: the resource, then the inner
