@@ -10,48 +10,15 @@ use std::os::raw::c_int;
 
 use redis_module::raw;
 
+use crate::args::{self, check_token, parse_fence, parse_ttl};
 use crate::data_type::{self, lease_type, resource_type};
 use crate::error;
 use crate::inner::{self, Verdict};
-use crate::lease::{
-    Acquire, Holder, Lease, State, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS,
-};
+use crate::lease::{Acquire, Lease, State};
 use crate::node::{self, STATS};
 use crate::rm::{self, api, Ctx, Key, RString, Slot};
 
 const OK: c_int = raw::REDISMODULE_OK as c_int;
-
-/// Parses a non-negative decimal integer as Redis clients send it.
-fn parse_u64(b: &[u8]) -> Option<u64> {
-    // Like Redis's own integer parsing: no sign, no leading zeros.
-    if b.is_empty() || b.len() > 20 || (b.len() > 1 && b[0] == b'0') {
-        return None;
-    }
-    b.iter().try_fold(0u64, |acc, &c| {
-        let digit = c.checked_sub(b'0').filter(|d| *d <= 9)?;
-        acc.checked_mul(10)?.checked_add(u64::from(digit))
-    })
-}
-
-fn parse_ttl(b: &[u8]) -> Result<u64, &'static CStr> {
-    parse_u64(b)
-        .filter(|v| (1..=MAX_TTL_MS).contains(v))
-        .ok_or(error::TTL)
-}
-
-fn parse_fence(b: &[u8]) -> Result<u64, &'static CStr> {
-    parse_u64(b)
-        .filter(|v| *v < FENCE_LIMIT)
-        .ok_or(error::FENCE)
-}
-
-fn check_token(b: &[u8]) -> Result<&[u8], &'static CStr> {
-    if (1..=MAX_TOKEN_LEN).contains(&b.len()) {
-        Ok(b)
-    } else {
-        Err(error::TOKEN)
-    }
-}
 
 /// A random 128-bit token as 32 lowercase hex characters, from the thread's
 /// OS-seeded CSPRNG.
@@ -167,45 +134,16 @@ pub extern "C" fn acquire_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> 
     command("LEASE.ACQUIRE", ctx, argv, argc, acquire, token_option)
 }
 
-struct AcquireArgs<'a> {
-    key: RString,
-    ttl_ms: u64,
-    token: Option<&'a [u8]>,
-    block_ms: Option<u64>,
-}
-
-fn parse_acquire(args: &[RString]) -> Result<AcquireArgs<'_>, &'static CStr> {
+fn parse_acquire(args: &[RString]) -> Result<(RString, args::Acquire<'_>), &'static CStr> {
     let [_, key, ttl, options @ ..] = args else {
         return Err(error::ACQUIRE_SYNTAX);
     };
-    let mut parsed = AcquireArgs {
-        key: *key,
-        ttl_ms: parse_ttl(rm::bytes(*ttl))?,
-        token: None,
-        block_ms: None,
-    };
-    let mut rest = options;
-    while let [option, value, tail @ ..] = rest {
-        let option = rm::bytes(*option);
-        let value = rm::bytes(*value);
-        if option.eq_ignore_ascii_case(b"TOKEN") && parsed.token.is_none() {
-            parsed.token = Some(check_token(value)?);
-        } else if option.eq_ignore_ascii_case(b"BLOCK") && parsed.block_ms.is_none() {
-            let timeout = parse_u64(value).filter(|v| *v <= MAX_TTL_MS);
-            parsed.block_ms = Some(timeout.ok_or(error::BLOCK_TIMEOUT)?);
-        } else {
-            return Err(error::ACQUIRE_SYNTAX);
-        }
-        rest = tail;
-    }
-    if !rest.is_empty() {
-        return Err(error::ACQUIRE_SYNTAX);
-    }
-    Ok(parsed)
+    let parsed = args::parse_acquire(rm::bytes(*ttl), options, |o| rm::bytes(*o))?;
+    Ok((*key, parsed))
 }
 
 fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
-    let parsed = match parse_acquire(args) {
+    let (key_name, parsed) = match parse_acquire(args) {
         Ok(p) => p,
         Err(e) => return rm::reply_error(ctx, e),
     };
@@ -220,7 +158,7 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
             &generated[..]
         }
     };
-    let Some(mut key) = Key::open_write(ctx, parsed.key) else {
+    let Some(mut key) = Key::open_write(ctx, key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
     };
     let now = rm::now_ms();
@@ -232,7 +170,7 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     };
     let before = lease.holder().map(|h| h.deadline_ms);
     // Clients already waiting get a free lease before this caller does.
-    let queue_ahead = crate::blocking::has_waiters(ctx, parsed.key);
+    let queue_ahead = crate::blocking::has_waiters(ctx, key_name);
     let outcome = lease.acquire(token, parsed.ttl_ms, now, queue_ahead, &mut node::fences());
     let fence = match outcome {
         Err(_) => return rm::reply_error(ctx, error::FENCE_EXHAUSTED),
@@ -241,11 +179,11 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
             if queue_ahead && lease.live_holder(now).is_none() {
                 // Free, but owed to the queue: serve its head now rather
                 // than at the reaper's next tick.
-                crate::blocking::signal(ctx, parsed.key);
+                crate::blocking::signal(ctx, key_name);
             }
             return match parsed.block_ms {
                 Some(timeout) => {
-                    crate::blocking::block(ctx, parsed.key, token, parsed.ttl_ms, timeout)
+                    crate::blocking::block(ctx, key_name, token, parsed.ttl_ms, timeout)
                 }
                 None => rm::reply_null(ctx),
             };
@@ -264,7 +202,7 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     } else {
         data_type::store_lease(&mut key, fresh)
     };
-    granted(ctx, parsed.key, lease, before);
+    granted(ctx, key_name, lease, before);
     drop(key);
     reply_grant(ctx, token, fence)
 }
@@ -543,20 +481,11 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     let [_, key_name, fence, deadline, token] = args else {
         return rm::reply_error(ctx, error::APPLY_ARGS);
     };
-    let fence = parse_fence(rm::bytes(*fence));
-    let deadline = parse_u64(rm::bytes(*deadline)).filter(|d| *d <= MAX_DEADLINE_MS);
-    let token = rm::bytes(*token);
-    let (Ok(fence), Some(deadline_ms)) = (fence, deadline) else {
-        return rm::reply_error(ctx, error::APPLY_ARGS);
-    };
-    let holder = match token.len() {
-        0 => None,
-        n if n <= MAX_TOKEN_LEN && deadline_ms > 0 => Some(Holder {
-            token: token.into(),
-            deadline_ms,
-        }),
-        _ => return rm::reply_error(ctx, error::APPLY_ARGS),
-    };
+    let (fence, holder) =
+        match args::parse_apply(rm::bytes(*fence), rm::bytes(*deadline), rm::bytes(*token)) {
+            Ok(parsed) => parsed,
+            Err(e) => return rm::reply_error(ctx, e),
+        };
     node::fences().observe(fence);
     let Some(mut key) = Key::open_write(ctx, *key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
@@ -768,35 +697,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn integers_parse_like_redis_clients_send_them() {
-        assert_eq!(parse_u64(b"0"), Some(0));
-        assert_eq!(parse_u64(b"30000"), Some(30000));
-        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
-        for bad in [
-            &b""[..],
-            b"-1",
-            b"+1",
-            b"1.5",
-            b" 1",
-            b"1e3",
-            b"18446744073709551616",
-            b"abc",
-        ] {
-            assert_eq!(parse_u64(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn ttl_and_fence_ranges() {
-        assert!(parse_ttl(b"0").is_err());
-        assert_eq!(parse_ttl(b"1"), Ok(1));
-        assert_eq!(parse_ttl(b"1099511627776"), Ok(MAX_TTL_MS));
-        assert!(parse_ttl(b"1099511627777").is_err());
-        assert_eq!(parse_fence(b"9007199254740991"), Ok(FENCE_LIMIT - 1));
-        assert!(parse_fence(b"9007199254740992").is_err());
-    }
-
-    #[test]
     fn generated_tokens_are_32_hex_and_differ() {
         let a = generate_token();
         let b = generate_token();
@@ -804,12 +704,5 @@ mod tests {
             .iter()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn token_length_limits() {
-        assert!(check_token(b"").is_err());
-        assert!(check_token(&[b'x'; 256]).is_ok());
-        assert!(check_token(&[b'x'; 257]).is_err());
     }
 }

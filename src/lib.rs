@@ -2,6 +2,7 @@
 //!
 //! The module table and start-up; everything else lives in its own file.
 
+mod args;
 mod blocking;
 mod commands;
 mod config;
