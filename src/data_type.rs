@@ -261,8 +261,8 @@ unsafe fn unlinked_key<'a>(ctx: *mut raw::RedisModuleKeyOptCtx) -> Option<(i32, 
     (!name.is_null()).then(|| (db, rm::bytes(name.cast_mut())))
 }
 
-/// Keeps a copy of a live lease leaving the keyspace, in case this is an
-/// eviction (see `eviction.rs`). Released and expired leases are not live.
+/// Hands a live lease leaving the keyspace to `eviction.rs`, in case this
+/// removal is an eviction. Released and expired leases are not live.
 ///
 /// # Safety
 /// `value` is a `Lease` this module stored.
@@ -271,16 +271,15 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
         "lease-key unlink",
         || (),
         || {
-            let Some(lease) = value.cast::<Lease>().as_ref() else {
+            let Some((db, key)) = unlinked_key(ctx) else {
                 return;
             };
-            if lease.live_holder(rm::now_ms()).is_none() {
-                return;
-            }
-            if let Some((db, key)) = unlinked_key(ctx) {
-                let copy = Lease::from_parts(lease.holder().cloned(), lease.fence());
-                eviction::note_unlinked(db, key, eviction::Saved::Lease(copy));
-            }
+            let copy = value
+                .cast::<Lease>()
+                .as_ref()
+                .filter(|l| l.live_holder(rm::now_ms()).is_some())
+                .map(|l| eviction::Saved::Lease(Lease::from_parts(l.holder().cloned(), l.fence())));
+            eviction::note_unlinked(db, key, copy);
         },
     )
 }
@@ -292,10 +291,12 @@ unsafe extern "C" fn resource_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value:
         "fence-rec unlink",
         || (),
         || {
-            if let (Some(r), Some((db, key))) =
-                (value.cast::<Resource>().as_ref(), unlinked_key(ctx))
-            {
-                eviction::note_unlinked(db, key, eviction::Saved::Resource(*r));
+            if let Some((db, key)) = unlinked_key(ctx) {
+                let copy = value
+                    .cast::<Resource>()
+                    .as_ref()
+                    .map(|r| eviction::Saved::Resource(*r));
+                eviction::note_unlinked(db, key, copy);
             }
         },
     )

@@ -165,12 +165,20 @@ unsafe extern "C" fn on_keyspace_event(
         || {
             let event = CStr::from_ptr(event).to_bytes();
             match event {
-                b"rename_to" | b"move_to" | b"copy_to" | b"restore" => track(ctx, key),
+                b"move_to" => track(ctx, key),
                 b"evicted" => {
                     crate::eviction::on_evicted(ctx, key);
                     wake_waiters(ctx, key);
                 }
-                b"del" | b"expired" | b"rename_from" | b"move_from" => wake_waiters(ctx, key),
+                b"del" | b"expired" | b"rename_from" | b"move_from" | b"rename_to" | b"copy_to"
+                | b"restore" => {
+                    crate::eviction::forget_unlinked();
+                    if matches!(event, b"rename_to" | b"copy_to" | b"restore") {
+                        track(ctx, key);
+                    } else {
+                        wake_waiters(ctx, key);
+                    }
+                }
                 _ => {}
             }
             OK

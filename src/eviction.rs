@@ -13,8 +13,12 @@
 //!
 //! In every mode an eviction of a live lease or a record is counted and, unless
 //! restored, logged: never silent. Redis has deleted the value by the time
-//! it fires the `evicted` event, so the type's unlink callback keeps a copy
-//! of the last live lease or record unlinked, and the event claims it.
+//! it fires the `evicted` keyspace event, so a copy is taken just before:
+//! from the key event's `evicted` subevent where the server has it (7.2+,
+//! Valkey), which names evictions exactly; on Redis 7.0 from the type's
+//! unlink callback, which fires for every removal, so there the copy only
+//! counts if the `evicted` event follows within a millisecond and no other
+//! removal came between.
 //!
 //! The server's settings are read at load and on every config change event,
 //! so the check on the command path is one atomic load.
@@ -31,7 +35,7 @@ use crate::data_type;
 use crate::error;
 use crate::lease::{Lease, Resource};
 use crate::node::{self, STATS};
-use crate::rm::{self, api, Ctx, Key, OwnedString, RString};
+use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
 enum_configuration! {
     /// `lease.allkeys-eviction`: what LEASE.ACQUIRE does under `allkeys-*`.
@@ -110,18 +114,107 @@ struct Unlinked {
     db: i32,
     key: Box<[u8]>,
     value: Saved,
+    /// Monotonic µs when the copy was taken.
+    at_us: u64,
 }
 
 static LAST_UNLINKED: Mutex<Option<Unlinked>> = Mutex::new(None);
 
-/// Called by the types' unlink callbacks: keeps the last live lease or
-/// record unlinked, in case the unlink is an eviction.
-pub fn note_unlinked(db: i32, key: &[u8], value: Saved) {
-    *LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner()) = Some(Unlinked {
+/// Whether the server names evictions in a key event (Redis 7.2+, Valkey).
+static KEY_EVENTS: AtomicBool = AtomicBool::new(false);
+
+/// How long an unlink copy waits for its `evicted` event on Redis 7.0; both
+/// happen in the same eviction step, microseconds apart.
+const UNLINK_WINDOW_US: u64 = 1_000;
+
+fn monotonic_us() -> u64 {
+    unsafe { raw::RedisModule_MonotonicMicroseconds }.map_or(0, |f| unsafe { f() })
+}
+
+fn keep(unlinked: Option<Unlinked>) {
+    *LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner()) = unlinked;
+}
+
+/// Subscribes to key events where the server has them.
+pub fn subscribe(ctx: Ctx) {
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_KEY,
+        dataver: 1,
+    };
+    let ok = unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, Some(on_key_event)) };
+    KEY_EVENTS.store(ok == raw::REDISMODULE_OK as i32, Ordering::Relaxed);
+}
+
+/// The key event: on an eviction of a live lease or a record, keep a copy.
+///
+/// # Safety
+/// `data` is a `RedisModuleKeyInfo` whose key is open for reading.
+unsafe extern "C" fn on_key_event(
+    _ctx: Ctx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    data: *mut c_void,
+) {
+    if sub != raw::REDISMODULE_SUBEVENT_KEY_EVICTED {
+        return;
+    }
+    rm::guard(
+        "key event",
+        || (),
+        || {
+            let Some(info) = data.cast::<raw::RedisModuleKeyInfo>().as_ref() else {
+                return;
+            };
+            let Some(mut key) = Key::borrowed(info.key) else {
+                return;
+            };
+            let saved = match key.value::<Lease>(data_type::lease_type()) {
+                Slot::Ours(lease) if lease.live_holder(rm::now_ms()).is_some() => Some(
+                    Saved::Lease(Lease::from_parts(lease.holder().cloned(), lease.fence())),
+                ),
+                Slot::WrongType => match key.value::<Resource>(data_type::resource_type()) {
+                    Slot::Ours(r) => Some(Saved::Resource(*r)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            let name = api!(RedisModule_GetKeyNameFromModuleKey)(info.key);
+            if name.is_null() {
+                return;
+            }
+            let db = api!(RedisModule_GetDbIdFromModuleKey)(info.key);
+            keep(saved.map(|value| Unlinked {
+                db,
+                key: rm::bytes(name.cast_mut()).into(),
+                value,
+                at_us: monotonic_us(),
+            }));
+        },
+    )
+}
+
+/// Called by the types' unlink callbacks on every removal of one of our
+/// values: on servers without key events, keeps a copy of a live lease or
+/// a record in case this removal is an eviction, and forgets any older
+/// copy either way.
+pub fn note_unlinked(db: i32, key: &[u8], value: Option<Saved>) {
+    if KEY_EVENTS.load(Ordering::Relaxed) {
+        return;
+    }
+    keep(value.map(|value| Unlinked {
         db,
         key: key.into(),
         value,
-    });
+        at_us: monotonic_us(),
+    }));
+}
+
+/// A removal that was not an eviction (`DEL`, `RENAME`, ...): the copy it
+/// left is not owed a restore.
+pub fn forget_unlinked() {
+    if !KEY_EVENTS.load(Ordering::Relaxed) {
+        keep(None);
+    }
 }
 
 /// The `evicted` keyspace event: if it took a live lease or a record, count
@@ -133,7 +226,11 @@ pub fn on_evicted(ctx: Ctx, key: RString) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take();
-    let Some(unlinked) = taken.filter(|u| u.db == db && *u.key == *name) else {
+    let fresh = |u: &Unlinked| {
+        KEY_EVENTS.load(Ordering::Relaxed)
+            || monotonic_us().saturating_sub(u.at_us) <= UNLINK_WINDOW_US
+    };
+    let Some(unlinked) = taken.filter(|u| u.db == db && *u.key == *name && fresh(u)) else {
         return;
     };
     node::bump(&STATS.evicted);

@@ -58,6 +58,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     unsafe { rm::api!(RedisModule_RegisterInfoFunc)(raw_ctx, Some(info::info)) };
+    eviction::subscribe(raw_ctx);
     events::refresh_role(raw_ctx);
     eviction::refresh(raw_ctx);
     reaper::start(raw_ctx);
