@@ -17,12 +17,13 @@ use std::os::raw::{c_int, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use crate::encoding::{self, Reader};
 use crate::eviction;
-use crate::lease::{Holder, Lease, Resource, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN};
+use crate::lease::{Lease, Resource};
 use crate::node::{self, STATS};
 use crate::rm::{self, api, Key};
 
-pub const ENCODING_VERSION: i32 = 1;
+pub use crate::encoding::ENCODING_VERSION;
 
 pub static LEASE_TYPE: RedisType = RedisType::new(
     "lease-key",
@@ -104,28 +105,20 @@ fn load_failed(what: &str) -> *mut c_void {
     std::ptr::null_mut()
 }
 
-fn read_lease(rdb: *mut raw::RedisModuleIO) -> Result<Lease, &'static str> {
-    let fence = raw::load_unsigned(rdb).map_err(|_| "a truncated lease-key")?;
-    let deadline_ms = raw::load_unsigned(rdb).map_err(|_| "a truncated lease-key")?;
-    let token = raw::load_string_buffer(rdb).map_err(|_| "a truncated lease-key")?;
-    let token = token.as_ref();
-    if fence >= FENCE_LIMIT {
-        return Err("a lease-key whose fence is not below 2^53");
+/// Redis's IO API as a `Reader`: a short read is an IO error, which the
+/// module opted to handle (`REDISMODULE_OPTIONS_HANDLE_IO_ERRORS`).
+struct Io(*mut raw::RedisModuleIO);
+
+impl Reader for Io {
+    fn unsigned(&mut self) -> Option<u64> {
+        raw::load_unsigned(self.0).ok()
     }
-    if token.len() > MAX_TOKEN_LEN {
-        return Err("a lease-key whose token is longer than 256 bytes");
+
+    fn buffer(&mut self) -> Option<Box<[u8]>> {
+        raw::load_string_buffer(self.0)
+            .ok()
+            .map(|b| b.as_ref().into())
     }
-    let holder = if token.is_empty() {
-        None
-    } else if deadline_ms == 0 || deadline_ms > MAX_DEADLINE_MS {
-        return Err("a lease-key with an impossible deadline");
-    } else {
-        Some(Holder {
-            token: token.into(),
-            deadline_ms,
-        })
-    };
-    Ok(Lease::from_parts(holder, fence))
 }
 
 /// # Safety
@@ -133,10 +126,7 @@ fn read_lease(rdb: *mut raw::RedisModuleIO) -> Result<Lease, &'static str> {
 /// replication.
 unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     rm::guard("lease-key load", std::ptr::null_mut, || {
-        if encver != ENCODING_VERSION {
-            return load_failed(&format!("lease-key encoding version {encver}"));
-        }
-        match read_lease(rdb) {
+        match encoding::decode_lease(&mut Io(rdb), encver) {
             Ok(lease) => {
                 // A restored or migrated key carries a fence issued elsewhere;
                 // the next grant here must be above it.
@@ -308,24 +298,14 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
     rm::guard(
         "fence sequence load",
         || raw::REDISMODULE_ERR as c_int,
-        || {
-            if encver != ENCODING_VERSION {
-                load_failed(&format!("fence sequence aux encoding version {encver}"));
-                return raw::REDISMODULE_ERR as c_int;
+        || match encoding::decode_sequence(&mut Io(rdb), encver) {
+            Ok(last) => {
+                node::fences().observe(last);
+                raw::REDISMODULE_OK as c_int
             }
-            match raw::load_unsigned(rdb) {
-                Ok(last) if last < FENCE_LIMIT => {
-                    node::fences().observe(last);
-                    raw::REDISMODULE_OK as c_int
-                }
-                Ok(_) => {
-                    load_failed("a fence sequence not below 2^53");
-                    raw::REDISMODULE_ERR as c_int
-                }
-                Err(_) => {
-                    load_failed("a truncated fence sequence");
-                    raw::REDISMODULE_ERR as c_int
-                }
+            Err(what) => {
+                load_failed(what);
+                raw::REDISMODULE_ERR as c_int
             }
         },
     )
@@ -341,19 +321,17 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
 /// # Safety
 /// Called by Redis with a valid IO handle.
 unsafe extern "C" fn resource_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    rm::guard("fence-rec load", std::ptr::null_mut, || {
-        if encver != ENCODING_VERSION {
-            return load_failed(&format!("fence-rec encoding version {encver}"));
-        }
-        match raw::load_unsigned(rdb) {
-            Ok(highest) if highest < FENCE_LIMIT => {
+    rm::guard(
+        "fence-rec load",
+        std::ptr::null_mut,
+        || match encoding::decode_resource(&mut Io(rdb), encver) {
+            Ok(record) => {
                 node::bump(&STATS.resource_keys);
-                Box::into_raw(Box::new(Resource::new(highest))).cast()
+                Box::into_raw(Box::new(record)).cast()
             }
-            Ok(_) => load_failed("a fence-rec whose fence is not below 2^53"),
-            Err(_) => load_failed("a truncated fence-rec"),
-        }
-    })
+            Err(what) => load_failed(what),
+        },
+    )
 }
 
 /// # Safety

@@ -7,6 +7,7 @@ mod blocking;
 mod commands;
 mod config;
 mod data_type;
+mod encoding;
 mod error;
 mod events;
 mod eviction;
