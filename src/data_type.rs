@@ -326,6 +326,9 @@ unsafe extern "C" fn resource_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_i
         std::ptr::null_mut,
         || match encoding::decode_resource(&mut Io(rdb), encver) {
             Ok(record) => {
+                // A migrated record may guard a lock whose key is gone: the
+                // next grant here must still beat the fence it accepted.
+                node::fences().observe(record.highest());
                 node::bump(&STATS.resource_keys);
                 Box::into_raw(Box::new(record)).cast()
             }
