@@ -790,3 +790,5 @@ fn repl_offset(server: &Server) -> i64 {
         .parse()
         .unwrap_or_else(|e| panic!("bad master_repl_offset {value:?}: {e}"))
 }
+
+pub mod cluster;
