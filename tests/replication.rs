@@ -1,0 +1,770 @@
+//! Leases and resource records on replicas: what a full sync and the replication
+//! stream carry (absolute deadlines and fences, never a replica's own clock or random
+//! source), that a replica refuses client writes yet reports expired leases as free,
+//! and that a promoted replica keeps every lease, issues fences above everything its
+//! old master issued and starts reaping.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{wait_until, Server, ServerOptions};
+use redis::{Connection, ConnectionLike, ToRedisArgs, Value};
+
+// ---------------------------------------------------------------------------
+// Commands
+
+const NONE: &[&str] = &[];
+
+fn now_ms() -> u64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_else(|e| panic!("the clock is before 1970: {e}"));
+    since_epoch.as_millis() as u64
+}
+
+/// One command and its reply, error replies included.
+fn call<A: ToRedisArgs>(con: &mut Connection, name: &str, args: A) -> Value {
+    let mut cmd = redis::cmd(name);
+    cmd.arg(args);
+    con.req_command(&cmd)
+        .unwrap_or_else(|e| panic!("{name}: the connection failed: {e}"))
+}
+
+fn error_text(reply: &Value) -> Option<String> {
+    match reply {
+        Value::ServerError(e) => Some(match e.details() {
+            Some(detail) => format!("{} {detail}", e.code()),
+            None => e.code().to_string(),
+        }),
+        _ => None,
+    }
+}
+
+fn expect_error<A: ToRedisArgs>(con: &mut Connection, name: &str, args: A) -> String {
+    let reply = call(con, name, args);
+    error_text(&reply).unwrap_or_else(|| panic!("{name} answered {reply:?}, not an error"))
+}
+
+fn int(reply: Value) -> i64 {
+    match reply {
+        Value::Int(n) => n,
+        other => panic!("expected an integer reply, got {other:?}"),
+    }
+}
+
+fn text(reply: Value) -> String {
+    match reply {
+        Value::SimpleString(s) => s,
+        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        Value::Okay => "OK".to_string(),
+        other => panic!("expected a string reply, got {other:?}"),
+    }
+}
+
+fn get(con: &mut Connection, key: &str) -> Option<String> {
+    match call(con, "GET", key) {
+        Value::Nil => None,
+        v => Some(text(v)),
+    }
+}
+
+fn exists(con: &mut Connection, key: &str) -> bool {
+    int(call(con, "EXISTS", key)) == 1
+}
+
+/// `(token, fence)` of a grant in a reply, or None for nil.
+fn grant_of(reply: Value, what: &str) -> Option<(String, u64)> {
+    match reply {
+        Value::Nil => None,
+        Value::Array(items) => match items.as_slice() {
+            [Value::BulkString(t), Value::Int(fence)] if *fence > 0 => {
+                Some((String::from_utf8_lossy(t).into_owned(), *fence as u64))
+            }
+            other => panic!("{what} answered {other:?}"),
+        },
+        other => panic!("{what} answered {other:?}"),
+    }
+}
+
+/// `LEASE.ACQUIRE key ttl TOKEN token`: the fence, or None when another token holds it.
+fn acquire(con: &mut Connection, key: &str, ttl: u64, token: &str) -> Option<u64> {
+    let what = format!("LEASE.ACQUIRE {key}");
+    let grant = grant_of(
+        call(con, "LEASE.ACQUIRE", (key, ttl, "TOKEN", token)),
+        &what,
+    );
+    grant.map(|(t, fence)| {
+        assert_eq!(t, token, "{what} echoed another token");
+        fence
+    })
+}
+
+fn granted(con: &mut Connection, key: &str, ttl: u64, token: &str) -> u64 {
+    acquire(con, key, ttl, token).unwrap_or_else(|| panic!("LEASE.ACQUIRE {key} was refused"))
+}
+
+fn renew(con: &mut Connection, key: &str, token: &str, ttl: u64) -> i64 {
+    int(call(con, "LEASE.RENEW", (key, token, ttl)))
+}
+
+fn release(con: &mut Connection, key: &str, token: &str) -> i64 {
+    int(call(con, "LEASE.RELEASE", (key, token)))
+}
+
+/// `LEASE.FENCE resource fence [command ...]`.
+fn fence<A: ToRedisArgs>(con: &mut Connection, resource: &str, fence: u64, inner: A) -> Value {
+    call(con, "LEASE.FENCE", (resource, fence, inner))
+}
+
+fn stale(fence: u64, highest: u64) -> String {
+    format!("STALE fencing token {fence} is older than {highest}")
+}
+
+/// What `LEASE.INFO` says about a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Info {
+    state: String,
+    ttl: i64,
+    fence: u64,
+    waiters: i64,
+}
+
+fn lease_info(con: &mut Connection, key: &str) -> Option<Info> {
+    let pairs: Vec<(Value, Value)> = match call(con, "LEASE.INFO", key) {
+        Value::Nil => return None,
+        Value::Array(items) => items
+            .chunks(2)
+            .map(|pair| (pair[0].clone(), pair.get(1).cloned().unwrap_or(Value::Nil)))
+            .collect(),
+        Value::Map(pairs) => pairs,
+        other => panic!("LEASE.INFO {key} answered {other:?}"),
+    };
+    let field = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| *k == Value::BulkString(name.as_bytes().to_vec()))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("LEASE.INFO {key} has no {name}: {pairs:?}"))
+    };
+    Some(Info {
+        state: text(field("state")),
+        ttl: int(field("ttl")),
+        fence: int(field("fence")) as u64,
+        waiters: int(field("waiters")),
+    })
+}
+
+fn lease_stat(server: &Server, field: &str) -> u64 {
+    let name = format!("lease_{field}");
+    let value = server
+        .info_field("lease", &name)
+        .unwrap_or_else(|| panic!("INFO lease has no {name}"));
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}:{value} is not a number: {e}"))
+}
+
+fn digest(server: &Server) -> String {
+    text(call(&mut server.client(), "DEBUG", "DIGEST"))
+}
+
+/// The replica has caught up, and says about each key what the master says: same
+/// state and fence, a ttl within 100 ms (both run on this machine's clock); the whole
+/// datasets hash the same.
+fn assert_same(master: &Server, replica: &Server, keys: &[&str]) {
+    replica.wait_for_sync(master);
+    let mut m = master.client();
+    let mut r = replica.client();
+    for key in keys {
+        let on_master = lease_info(&mut m, key);
+        let on_replica = lease_info(&mut r, key);
+        match (&on_master, &on_replica) {
+            (None, None) => {}
+            (Some(a), Some(b)) => {
+                assert_eq!(a.state, b.state, "{key}: master {a:?}, replica {b:?}");
+                assert_eq!(a.fence, b.fence, "{key}: master {a:?}, replica {b:?}");
+                assert!(
+                    (a.ttl - b.ttl).abs() <= 100,
+                    "{key}: master {a:?}, replica {b:?}"
+                );
+            }
+            _ => panic!("{key}: master {on_master:?}, replica {on_replica:?}"),
+        }
+    }
+    assert_eq!(digest(master), digest(replica), "DEBUG DIGEST differs");
+    for field in ["keys", "resource_keys"] {
+        assert_eq!(
+            lease_stat(master, field),
+            lease_stat(replica, field),
+            "INFO lease_{field}"
+        );
+    }
+}
+
+/// `replica.replicaof(master)`, then waits until the master streams writes to it.
+/// After a diskless full sync, Redis 7.0 holds the stream back until the replica's first
+/// `REPLCONF ACK` (up to a second later), which offsets alone do not show; tests that
+/// race a lease deadline must not spend that second unknowingly.
+fn attach(replica: &Server, master: &Server) {
+    replica.replicaof(master);
+    let mut m = master.client();
+    let mut r = replica.client();
+    assert_eq!(call(&mut m, "SET", ("attach:marker", "1")), Value::Okay);
+    wait_until(
+        "the master to stream writes to the new replica",
+        Duration::from_secs(5),
+        || exists(&mut r, "attach:marker"),
+    );
+    assert_eq!(int(call(&mut m, "DEL", "attach:marker")), 1);
+    replica.wait_for_sync(master);
+    assert!(!exists(&mut r, "attach:marker"));
+}
+
+/// A lease DUMPed from `template`'s server, rebuilt with other values: type byte,
+/// module id (0x81 + 8 bytes), then fence, deadline, token behind their opcodes, EOF,
+/// the RDB version and a CRC-64 (Jones, reflected, as Redis computes it).
+fn lease_payload(template: &[u8], fence: u64, deadline_ms: u64, token: &[u8]) -> Vec<u8> {
+    fn len(out: &mut Vec<u8>, v: u64) {
+        out.push(0x81);
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+    fn crc64(data: &[u8]) -> u64 {
+        let mut crc = 0u64;
+        for &byte in data {
+            crc ^= u64::from(byte);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 {
+                    (crc >> 1) ^ 0x95ac_9329_ac4b_c9b5
+                } else {
+                    crc >> 1
+                };
+            }
+        }
+        crc
+    }
+    assert_eq!(&template[..2], &[7, 0x81], "a module value: {template:?}");
+    assert!(token.len() < 64, "one-byte length only");
+    let mut out = template[..10].to_vec();
+    out.push(2);
+    len(&mut out, fence);
+    out.push(2);
+    len(&mut out, deadline_ms);
+    out.push(5);
+    out.push(token.len() as u8);
+    out.extend_from_slice(token);
+    out.push(0);
+    out.extend_from_slice(&template[template.len() - 10..template.len() - 8]);
+    let crc = crc64(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn dump(con: &mut Connection, key: &str) -> Vec<u8> {
+    match call(con, "DUMP", key) {
+        Value::BulkString(p) => p,
+        other => panic!("DUMP {key} answered {other:?}"),
+    }
+}
+
+/// A lease whose fence is far above every clock floor (about 19 hours of grants
+/// ahead), as a key migrated from a node with a fast clock carries: fences after it can
+/// only stay above it through the module's bookkeeping, not through the clock.
+fn restore_fence_ahead(con: &mut Connection, key: &str, token: &str) -> u64 {
+    assert!(acquire(con, "template", 60_000, "t").is_some());
+    let template = dump(con, "template");
+    assert_eq!(int(call(con, "DEL", "template")), 1);
+    let ahead = now_ms() * 1024 + (1 << 36);
+    let payload = lease_payload(&template, ahead, now_ms() + 60_000, token.as_bytes());
+    assert_eq!(call(con, "RESTORE", (key, 0, payload)), Value::Okay);
+    ahead
+}
+
+// ---------------------------------------------------------------------------
+
+for_each_server!(replica_serves_lease_info_and_refuses_writes, |flavor| {
+    let master = Server::start(flavor);
+    let replica = Server::start(flavor);
+    let mut m = master.client();
+    let fa = granted(&mut m, "lease:a", 60_000, "token-a");
+    granted(&mut m, "lease:b", 20_000, "token-b");
+    assert_eq!(renew(&mut m, "lease:b", "token-b", 90_000), 1);
+    granted(&mut m, "lease:c", 60_000, "token-c");
+    assert_eq!(release(&mut m, "lease:c", "token-c"), 1);
+    assert_eq!(fence(&mut m, "res", fa, ("SET", "data", "v")), Value::Okay);
+
+    attach(&replica, &master);
+    let keys = ["lease:a", "lease:b", "lease:c"];
+    assert_same(&master, &replica, &keys);
+    assert_eq!(lease_stat(&master, "role_primary"), 1);
+    assert_eq!(lease_stat(&replica, "role_primary"), 0);
+
+    let mut r = replica.client();
+    let info = lease_info(&mut r, "lease:a").expect("lease:a on the replica");
+    assert_eq!(info.state, "held");
+    assert_eq!(info.fence, fa);
+    assert_eq!(info.waiters, 0);
+    assert_eq!(lease_info(&mut r, "lease:c"), None);
+    assert_eq!(text(call(&mut r, "TYPE", "lease:a")), "lease-key");
+    assert_eq!(text(call(&mut r, "TYPE", "res")), "fence-rec");
+    assert_eq!(get(&mut r, "data").as_deref(), Some("v"));
+
+    // Writes from clients are refused, whatever they would have done.
+    let refused: [(&str, Vec<String>); 6] = [
+        ("LEASE.ACQUIRE", vec!["lease:new".into(), "1000".into()]),
+        (
+            "LEASE.ACQUIRE",
+            vec![
+                "lease:a".into(),
+                "1000".into(),
+                "TOKEN".into(),
+                "token-a".into(),
+            ],
+        ),
+        (
+            "LEASE.RENEW",
+            vec!["lease:a".into(), "token-a".into(), "1000".into()],
+        ),
+        ("LEASE.RELEASE", vec!["lease:a".into(), "token-a".into()]),
+        ("LEASE.FENCE", vec!["res".into(), (fa + 1).to_string()]),
+        (
+            "LEASE.FENCE",
+            vec![
+                "res".into(),
+                (fa + 1).to_string(),
+                "SET".into(),
+                "data".into(),
+                "w".into(),
+            ],
+        ),
+    ];
+    for (name, args) in &refused {
+        let error = expect_error(&mut r, name, args);
+        assert!(
+            error.starts_with("READONLY"),
+            "{name} {args:?} on a replica: {error}"
+        );
+    }
+    // The internal effect command is no way around it either.
+    let forged = call(
+        &mut r,
+        "LEASE.APPLY",
+        ("lease:a", fa + 1, now_ms() + 60_000, "forged"),
+    );
+    assert!(
+        error_text(&forged).is_some(),
+        "LEASE.APPLY from a client: {forged:?}"
+    );
+    assert_same(&master, &replica, &keys);
+    assert_eq!(lease_info(&mut r, "lease:a").map(|i| i.fence), Some(fa));
+    assert_eq!(get(&mut r, "data").as_deref(), Some("v"));
+    assert_eq!(
+        renew(&mut m, "lease:a", "token-a", 60_000),
+        1,
+        "the master's holder"
+    );
+});
+
+for_each_server!(
+    expired_lease_is_free_on_the_replica_before_the_master_reaps,
+    |flavor| {
+        let master = Server::start_with(flavor, ServerOptions::new().config("lease.reap-hz", "1"));
+        let replica = Server::start(flavor);
+        attach(&replica, &master);
+        let mut m = master.client();
+        let mut r = replica.client();
+        // The grant's effect leaves for the replica with the grant's reply; the master is
+        // then put to sleep at once, so it cannot reap (and send DEL) until the replica
+        // has been seen past the deadline. It sleeps 900 ms beyond the deadline.
+        let before = now_ms();
+        let f = granted(&mut m, "lease:short", 600, "t");
+        let after = now_ms();
+        let mut sleeper = master.client();
+        sleeper
+            .send_packed_command(
+                &redis::cmd("DEBUG")
+                    .arg("SLEEP")
+                    .arg("1.5")
+                    .get_packed_command(),
+            )
+            .unwrap_or_else(|e| panic!("DEBUG SLEEP: {e}"));
+        // The master is asleep: wait on the replica alone.
+        wait_until(
+            "the grant to reach the replica",
+            Duration::from_secs(2),
+            || exists(&mut r, "lease:short"),
+        );
+        let info = lease_info(&mut r, "lease:short").expect("lease:short on the replica");
+        if now_ms() < before + 600 {
+            assert_eq!(info.state, "held", "before its deadline: {info:?}");
+        }
+        assert_eq!(info.fence, f, "{info:?}");
+
+        wait_until("the lease deadline to pass", Duration::from_secs(5), || {
+            now_ms() > after + 600
+        });
+        assert!(
+            exists(&mut r, "lease:short"),
+            "the master reaped during DEBUG SLEEP"
+        );
+        let info = lease_info(&mut r, "lease:short").expect("lease:short on the replica");
+        assert_eq!(
+            info.state, "free",
+            "an expired lease on the replica: {info:?}"
+        );
+        assert_eq!(info.ttl, -1, "{info:?}");
+        assert_eq!(info.fence, f, "{info:?}");
+        let refused = expect_error(&mut r, "LEASE.RENEW", ("lease:short", "t", 1000));
+        assert!(refused.starts_with("READONLY"), "{refused}");
+
+        let woke = sleeper
+            .recv_response()
+            .unwrap_or_else(|e| panic!("DEBUG SLEEP: {e}"));
+        assert_eq!(woke, Value::Okay);
+        drop(m);
+        wait_until(
+            "the master's reaper DEL to reach the replica",
+            Duration::from_secs(5),
+            || !exists(&mut r, "lease:short"),
+        );
+        assert_eq!(lease_stat(&master, "expired"), 1);
+        assert_eq!(lease_stat(&replica, "expired"), 0, "a replica never reaps");
+        assert_same(&master, &replica, &["lease:short"]);
+    }
+);
+
+for_each_server!(fenced_writes_replicate, |flavor| {
+    let master = Server::start(flavor);
+    let replica = Server::start(flavor);
+    attach(&replica, &master);
+    let mut m = master.client();
+    let mut r = replica.client();
+    let f = granted(&mut m, "lease", 60_000, "t");
+
+    assert_eq!(fence(&mut m, "res", f, ("SET", "data", "v1")), Value::Okay);
+    assert_eq!(
+        fence(&mut m, "res", f, ("MSET", "x", "1", "y", "2")),
+        Value::Okay
+    );
+    replica.wait_for_sync(&master);
+    assert_eq!(get(&mut r, "data").as_deref(), Some("v1"));
+    assert_eq!(get(&mut r, "x").as_deref(), Some("1"));
+    assert_eq!(get(&mut r, "y").as_deref(), Some("2"));
+    assert_eq!(text(call(&mut r, "TYPE", "res")), "fence-rec");
+    assert_same(&master, &replica, &["lease"]);
+
+    // A stale fence runs nothing, on either side.
+    let reply = fence(&mut m, "res", f - 1, ("SET", "data", "stale"));
+    assert_eq!(error_text(&reply), Some(stale(f - 1, f)));
+    // An inner command that fails records nothing, on either side.
+    let reply = fence(&mut m, "res", f + 10, ("INCR", "data"));
+    assert!(
+        error_text(&reply).is_some_and(|e| e.contains("not an integer")),
+        "{reply:?}"
+    );
+    replica.wait_for_sync(&master);
+    assert_eq!(get(&mut m, "data").as_deref(), Some("v1"));
+    assert_eq!(get(&mut r, "data").as_deref(), Some("v1"));
+    assert_same(&master, &replica, &["lease"]);
+    let record_digest =
+        |server: &Server| call(&mut server.client(), "DEBUG", ("DIGEST-VALUE", "res"));
+    assert_eq!(record_digest(&master), record_digest(&replica));
+    assert_eq!(
+        error_text(&fence(&mut m, "res", f - 1, NONE)),
+        Some(stale(f - 1, f)),
+        "the failed INCR must not have raised the record"
+    );
+
+    // A new holder's write moves the record on both.
+    assert_eq!(release(&mut m, "lease", "t"), 1);
+    let g = granted(&mut m, "lease", 60_000, "t2");
+    assert!(g > f);
+    assert_eq!(fence(&mut m, "res", g, ("SET", "data", "v2")), Value::Okay);
+    assert_eq!(
+        error_text(&fence(&mut m, "res", f, ("SET", "data", "late"))),
+        Some(stale(f, g))
+    );
+    replica.wait_for_sync(&master);
+    assert_eq!(get(&mut r, "data").as_deref(), Some("v2"));
+    assert_same(&master, &replica, &["lease"]);
+    assert_eq!(record_digest(&master), record_digest(&replica));
+});
+
+for_each_server!(
+    promoted_replica_keeps_leases_and_fences_stay_above,
+    |flavor| {
+        let master = Server::start(flavor);
+        let replica = Server::start(flavor);
+        attach(&replica, &master);
+        let mut m = master.client();
+
+        // The master's sequence jumps far above every clock floor; what it then issues the
+        // replica can only know from the stream.
+        let ahead = restore_fence_ahead(&mut m, "lease:ahead", "token-ahead");
+        let fx = granted(&mut m, "lease:x", 60_000, "token-x");
+        let fy = granted(&mut m, "lease:y", 60_000, "token-y");
+        assert!(ahead < fx && fx < fy, "{ahead} {fx} {fy}");
+        assert_eq!(release(&mut m, "lease:y", "token-y"), 1);
+        assert_eq!(int(call(&mut m, "DEL", "lease:ahead")), 1);
+        let short_granted = now_ms();
+        let fs = granted(&mut m, "lease:short", 1_500, "token-short");
+        let issued = lease_stat(&master, "fence_last");
+        assert_eq!(issued, fs);
+        assert_same(
+            &master,
+            &replica,
+            &["lease:x", "lease:y", "lease:short", "lease:ahead"],
+        );
+        assert_eq!(lease_stat(&replica, "fence_last"), issued);
+
+        let mut r = replica.client();
+        assert_eq!(call(&mut r, "REPLICAOF", ("NO", "ONE")), Value::Okay);
+        wait_until(
+            "the replica to see itself primary",
+            Duration::from_secs(5),
+            || lease_stat(&replica, "role_primary") == 1,
+        );
+        assert!(
+            now_ms() < short_granted + 1_500,
+            "too slow: lease:short expired before the promotion"
+        );
+        assert!(
+            exists(&mut r, "lease:short"),
+            "lease:short was reaped before the promotion"
+        );
+
+        // Every lease is kept, with its holder.
+        let info = lease_info(&mut r, "lease:x").expect("lease:x");
+        assert_eq!((info.state.as_str(), info.fence), ("held", fx));
+        assert_eq!(acquire(&mut r, "lease:x", 1_000, "someone-else"), None);
+        assert_eq!(acquire(&mut r, "lease:x", 60_000, "token-x"), Some(fx));
+        assert_eq!(renew(&mut r, "lease:x", "token-x", 60_000), 1);
+
+        // New grants are above everything the old master issued.
+        for key in ["lease:new", "lease:y", "lease:ahead"] {
+            let f = granted(&mut r, key, 60_000, "token-new");
+            assert!(
+                f > issued,
+                "{key}: fence {f} on the promoted replica, {issued} issued before"
+            );
+        }
+
+        // Its reaper runs now: the short lease the old master never reaped goes.
+        wait_until(
+            "the promoted replica to reap lease:short",
+            Duration::from_secs(5),
+            || !exists(&mut r, "lease:short"),
+        );
+        assert_eq!(lease_stat(&replica, "expired"), 1);
+        let f = granted(&mut r, "lease:short", 60_000, "token-new");
+        assert!(f > issued, "lease:short: fence {f}, {issued} issued before");
+        assert!(lease_stat(&replica, "indexed_deadlines") >= 1);
+    }
+);
+
+for_each_server!(
+    full_sync_partial_resync_and_stream_all_carry_leases,
+    |flavor| {
+        let master = Server::start(flavor);
+        let first = Server::start(flavor);
+        let second = Server::start(flavor);
+        let mut m = master.client();
+
+        // Data before the replica exists: a full sync.
+        let ahead = restore_fence_ahead(&mut m, "lease:ahead", "token-ahead");
+        let fa = granted(&mut m, "lease:a", 60_000, "token-a");
+        assert!(fa > ahead);
+        granted(&mut m, "lease:b", 20_000, "token-b");
+        assert_eq!(renew(&mut m, "lease:b", "token-b", 90_000), 1);
+        granted(&mut m, "lease:c", 60_000, "token-c");
+        assert_eq!(release(&mut m, "lease:c", "token-c"), 1);
+        assert_eq!(fence(&mut m, "res", fa, ("SET", "data", "v1")), Value::Okay);
+        // Only the RDB aux field carries the sequence once no key holds its top.
+        let fd = granted(&mut m, "lease:d", 60_000, "token-d");
+        assert_eq!(release(&mut m, "lease:d", "token-d"), 1);
+        assert_eq!(int(call(&mut m, "DEL", "lease:ahead")), 1);
+        attach(&first, &master);
+        let keys = [
+            "lease:a",
+            "lease:b",
+            "lease:c",
+            "lease:d",
+            "lease:e",
+            "lease:ahead",
+        ];
+        assert_same(&master, &first, &keys);
+        assert_eq!(
+            lease_stat(&first, "fence_last"),
+            fd,
+            "the full sync must carry the fence sequence"
+        );
+
+        // Writes after the attach: the stream.
+        let fe = granted(&mut m, "lease:e", 60_000, "token-e");
+        assert_eq!(renew(&mut m, "lease:a", "token-a", 120_000), 1);
+        assert_eq!(release(&mut m, "lease:b", "token-b"), 1);
+        assert_eq!(fence(&mut m, "res", fe, ("SET", "data", "v2")), Value::Okay);
+        assert_same(&master, &first, &keys);
+        assert_eq!(lease_stat(&first, "fence_last"), fe);
+
+        // Writes while the link is down: a partial resync from the backlog.
+        let partial_before: u64 = master
+            .info_field("stats", "sync_partial_ok")
+            .and_then(|v| v.parse().ok())
+            .expect("sync_partial_ok");
+        let mut on_first = first.client();
+        let killed = int(call(&mut on_first, "CLIENT", ("KILL", "TYPE", "master")));
+        assert_eq!(killed, 1, "CLIENT KILL TYPE master");
+        let ff = granted(&mut m, "lease:f", 60_000, "token-f");
+        assert_eq!(release(&mut m, "lease:e", "token-e"), 1);
+        assert_eq!(fence(&mut m, "res", ff, ("SET", "data", "v3")), Value::Okay);
+        wait_until("the replica to resync", Duration::from_secs(10), || {
+            first
+                .info_field("replication", "master_link_status")
+                .is_some_and(|s| s == "up")
+        });
+        let keys = ["lease:a", "lease:b", "lease:e", "lease:f"];
+        assert_same(&master, &first, &keys);
+        let partial_after: u64 = master
+            .info_field("stats", "sync_partial_ok")
+            .and_then(|v| v.parse().ok())
+            .expect("sync_partial_ok");
+        assert!(partial_after > partial_before, "the resync was not partial");
+        assert_eq!(get(&mut on_first, "data").as_deref(), Some("v3"));
+
+        // A second replica attached now gets everything by full sync.
+        attach(&second, &master);
+        assert_same(&master, &second, &keys);
+        assert_eq!(digest(&first), digest(&second));
+        assert_eq!(lease_stat(&second, "fence_last"), ff);
+    }
+);
+
+for_each_server!(
+    replication_carries_absolute_deadlines_and_fences,
+    |flavor| {
+        let master = Server::start(flavor);
+        let replica = Server::start(flavor);
+        attach(&replica, &master);
+        let mut m = master.client();
+        let mut r = replica.client();
+
+        // The effect reaches the replica only after the transaction ends, 400 ms after the
+        // grant: a replica that computed the deadline from a relative ttl on arrival would
+        // show 400 ms more than the master.
+        let replies: Vec<Value> = redis::pipe()
+            .atomic()
+            .cmd("LEASE.ACQUIRE")
+            .arg(("lease", 10_000, "TOKEN", "t"))
+            .cmd("DEBUG")
+            .arg(("SLEEP", "0.4"))
+            .query(&mut m)
+            .unwrap_or_else(|e| panic!("MULTI: {e}"));
+        let (_, f) = grant_of(replies[0].clone(), "LEASE.ACQUIRE in MULTI").expect("granted");
+        replica.wait_for_sync(&master);
+        let on_master = lease_info(&mut m, "lease").expect("lease on the master");
+        let on_replica = lease_info(&mut r, "lease").expect("lease on the replica");
+        assert_eq!(on_master.fence, f);
+        assert_eq!(on_replica.fence, f, "the replica's fence is the master's");
+        assert!(
+            (on_master.ttl - on_replica.ttl).abs() <= 100,
+            "master ttl {} ms, replica ttl {} ms",
+            on_master.ttl,
+            on_replica.ttl
+        );
+        assert!(on_replica.ttl <= 9_650, "replica ttl {}", on_replica.ttl);
+
+        // Renewals too.
+        let _: Vec<Value> = redis::pipe()
+            .atomic()
+            .cmd("LEASE.RENEW")
+            .arg(("lease", "t", 20_000))
+            .cmd("DEBUG")
+            .arg(("SLEEP", "0.4"))
+            .query(&mut m)
+            .unwrap_or_else(|e| panic!("MULTI: {e}"));
+        replica.wait_for_sync(&master);
+        let on_master = lease_info(&mut m, "lease").expect("lease on the master");
+        let on_replica = lease_info(&mut r, "lease").expect("lease on the replica");
+        assert_eq!(on_replica.fence, f);
+        assert!(
+            (on_master.ttl - on_replica.ttl).abs() <= 100,
+            "after renew: master ttl {} ms, replica ttl {} ms",
+            on_master.ttl,
+            on_replica.ttl
+        );
+        assert!(on_replica.ttl <= 19_650, "replica ttl {}", on_replica.ttl);
+        assert_eq!(digest(&master), digest(&replica));
+    }
+);
+
+for_each_server!(multi_exec_and_eval_replicate, |flavor| {
+    let master = Server::start(flavor);
+    let replica = Server::start(flavor);
+    attach(&replica, &master);
+    let mut m = master.client();
+
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("LEASE.ACQUIRE")
+        .arg(("m:1", 60_000))
+        .cmd("LEASE.ACQUIRE")
+        .arg(("m:2", 60_000, "TOKEN", "t2"))
+        .cmd("LEASE.RENEW")
+        .arg(("m:2", "t2", 90_000))
+        .cmd("LEASE.FENCE")
+        .arg(("res:m", 7, "SET", "m:data", "v"))
+        .cmd("LEASE.ACQUIRE")
+        .arg(("m:3", 60_000, "TOKEN", "t3"))
+        .cmd("LEASE.RELEASE")
+        .arg(("m:3", "t3"))
+        .cmd("LEASE.ACQUIRE")
+        .arg(("m:2", 60_000, "TOKEN", "intruder"))
+        .query(&mut m)
+        .unwrap_or_else(|e| panic!("MULTI: {e}"));
+    assert_eq!(replies.len(), 7, "{replies:?}");
+    let (token1, _) = grant_of(replies[0].clone(), "LEASE.ACQUIRE m:1").expect("granted");
+    assert_eq!(token1.len(), 32);
+    assert_eq!(replies[2], Value::Int(1));
+    assert_eq!(replies[3], Value::Okay);
+    assert_eq!(replies[5], Value::Int(1));
+    assert_eq!(replies[6], Value::Nil);
+
+    // A script with a generated token: the replica gets the token the master chose.
+    let script = r#"
+        local g = redis.call('LEASE.ACQUIRE', KEYS[1], 60000)
+        redis.call('LEASE.FENCE', KEYS[2], g[2], 'SET', KEYS[3], g[1])
+        redis.call('LEASE.RENEW', KEYS[1], g[1], 120000)
+        local h = redis.call('LEASE.ACQUIRE', KEYS[4], 60000, 'TOKEN', 'x')
+        redis.call('LEASE.RELEASE', KEYS[4], 'x')
+        redis.call('LEASE.ACQUIRE', KEYS[4], 60000, 'TOKEN', 'y')
+        return {g[1], g[2], h[2]}
+    "#;
+    let reply = call(&mut m, "EVAL", (script, 4, "e:1", "res:e", "e:data", "e:2"));
+    let Value::Array(items) = reply else {
+        panic!("EVAL answered {reply:?}");
+    };
+    let token = text(items[0].clone());
+    let fence_e1 = int(items[1].clone()) as u64;
+    assert_eq!(token.len(), 32);
+    assert_eq!(get(&mut m, "e:data").as_deref(), Some(token.as_str()));
+
+    let keys = ["m:1", "m:2", "m:3", "e:1", "e:2"];
+    assert_same(&master, &replica, &keys);
+    let mut r = replica.client();
+    assert_eq!(get(&mut r, "e:data").as_deref(), Some(token.as_str()));
+    assert_eq!(get(&mut r, "m:data").as_deref(), Some("v"));
+    assert_eq!(lease_info(&mut r, "e:1").map(|i| i.fence), Some(fence_e1));
+    assert_eq!(lease_info(&mut r, "m:3"), None);
+
+    // The replicated tokens are the real ones: after a promotion they still work.
+    assert_eq!(call(&mut r, "REPLICAOF", ("NO", "ONE")), Value::Okay);
+    wait_until(
+        "the replica to see itself primary",
+        Duration::from_secs(5),
+        || lease_stat(&replica, "role_primary") == 1,
+    );
+    assert_eq!(renew(&mut r, "e:1", &token, 60_000), 1);
+    assert_eq!(renew(&mut r, "m:1", &token1, 60_000), 1);
+    assert_eq!(release(&mut r, "e:2", "y"), 1);
+});
