@@ -15,10 +15,10 @@ use redis_module::raw;
 /// A function of the module API that every supported server has.
 macro_rules! api {
     ($name:ident) => {{
-        // ok: RedisModule_Init fills these before any callback can run, and
+        // RedisModule_Init fills these before any callback can run, and
         // every server the module supports (Redis 7.0+, Valkey 8) has them.
         #[allow(unused_unsafe)]
-        let f = unsafe { redis_module::raw::$name.unwrap() };
+        let f = unsafe { redis_module::raw::$name.unwrap() }; // ok: filled at load
         f
     }};
 }
