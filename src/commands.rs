@@ -443,7 +443,13 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     drop(key);
     if recorded {
         node::bump(&STATS.fence_accepted);
-        replicate_record(ctx, *resource, fence);
+        if reply.is_none() {
+            // `LEASE.FENCE resource fence` is its own effect: the replica's
+            // record holds the same highest, so replaying it is exact.
+            rm::replicate_verbatim(ctx);
+        } else {
+            replicate_record(ctx, *resource, fence);
+        }
         rm::notify(ctx, c"lease.fence", *resource);
     }
     match reply {

@@ -91,8 +91,14 @@ pub fn restore_supported() -> bool {
 }
 
 /// The check on the ACQUIRE and FENCE paths.
-pub fn admit(_ctx: Ctx) -> Result<(), &'static CStr> {
+pub fn admit(ctx: Ctx) -> Result<(), &'static CStr> {
     if !ALLKEYS_AT_RISK.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    // A master's stream and the AOF replay what was already decided; a
+    // replica or a restart under another policy must not refuse it.
+    let replayed = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    if rm::context_flags(ctx) & replayed != 0 {
         return Ok(());
     }
     match MODE.current() {

@@ -186,14 +186,14 @@ impl DeadlineIndex {
         let Some(packed) = pack(deadline_ms, db) else {
             return;
         };
-        if !self.contains(deadline_ms, db, key) {
-            self.entries.insert(Entry {
-                packed,
-                key: ThinKey::new(key),
-            });
-        }
+        // One search: a duplicate is dropped by the set itself.
+        self.entries.insert(Entry {
+            packed,
+            key: ThinKey::new(key),
+        });
     }
 
+    #[cfg(test)]
     pub fn contains(&self, deadline_ms: u64, db: i32, key: &[u8]) -> bool {
         pack(deadline_ms, db).is_some_and(|p| self.entries.contains(&(p, key) as &dyn EntryRef))
     }

@@ -260,3 +260,8 @@ pub fn redact(ctx: Ctx, pos: usize) {
         unsafe { redact(ctx, pos) };
     }
 }
+
+/// Propagates the current command as the client sent it.
+pub fn replicate_verbatim(ctx: Ctx) {
+    unsafe { api!(RedisModule_ReplicateVerbatim)(ctx) };
+}
