@@ -353,6 +353,12 @@ impl Server {
         };
         for attempt in 1..=PORT_ATTEMPTS {
             server.port = free_port();
+            // A cluster bus port can be taken as well: pick it afresh each time.
+            for (name, value) in server.options.config.iter_mut() {
+                if name.eq_ignore_ascii_case("cluster-port") {
+                    *value = free_port().to_string();
+                }
+            }
             server.write_config();
             server.spawn();
             match server.wait_ready() {
