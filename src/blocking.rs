@@ -151,7 +151,6 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 Slot::Empty => (&mut fresh, false),
                 Slot::Ours(lease) => (lease, true),
             };
-            let before = lease.holder().map(|h| h.deadline_ms);
             let fence = match lease.acquire(
                 &waiter.token,
                 waiter.ttl_ms,
@@ -174,7 +173,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
             node::waiters().remove(waiter.db, &waiter.key, waiter.id);
             node::bump(&STATS.grants);
             node::bump(&STATS.waiter_grants);
-            crate::commands::granted(ctx, key_name, lease, before);
+            crate::commands::granted(ctx, key_name, lease, !stored);
             drop(key);
             rm::reply_array(ctx, 2);
             rm::reply_bulk(ctx, &waiter.token);

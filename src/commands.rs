@@ -82,18 +82,17 @@ fn fourth_argument(args: &[RString]) -> Option<usize> {
     (args.len() > 4).then_some(4)
 }
 
-/// Moves a key's index entry after its deadline changed. The index is kept
-/// only on a primary, the only node that reaps.
-fn reindex(ctx: Ctx, key: RString, from_ms: Option<u64>, to_ms: u64) {
-    if !node::is_primary() {
-        return;
-    }
-    let db = rm::selected_db(ctx);
-    let name = rm::bytes(key);
-    let mut index = node::index();
-    match from_ms {
-        Some(from) => index.reschedule(from, to_ms, db, name),
-        None => index.insert(to_ms, db, name),
+/// Indexes a new lease key. Only a primary keeps the index: it is the only
+/// node that reaps.
+///
+/// The index is told about keys, not about deadlines: renewals and repeated
+/// grants leave a key's entry where it is, and when the reaper reaches an
+/// entry whose lease has moved on it puts the entry at the lease's deadline.
+/// That keeps every renewal free of index work; the reaper pays once per
+/// entry instead.
+fn index_new_key(ctx: Ctx, key: RString, deadline_ms: u64) {
+    if node::is_primary() {
+        node::index().insert(deadline_ms, rm::selected_db(ctx), rm::bytes(key));
     }
 }
 
@@ -168,7 +167,6 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         Slot::Empty => (&mut fresh, false),
         Slot::Ours(lease) => (lease, true),
     };
-    let before = lease.holder().map(|h| h.deadline_ms);
     // Clients already waiting get a free lease before this caller does.
     let queue_ahead = crate::blocking::has_waiters(ctx, key_name);
     let outcome = lease.acquire(token, parsed.ttl_ms, now, queue_ahead, &mut node::fences());
@@ -202,16 +200,16 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     } else {
         data_type::store_lease(&mut key, fresh)
     };
-    granted(ctx, key_name, lease, before);
+    granted(ctx, key_name, lease, !stored);
     drop(key);
     reply_grant(ctx, token, fence)
 }
 
-/// The effects of a grant (new or repeated) on an open lease: index,
-/// replication, notification.
-pub fn granted(ctx: Ctx, key: RString, lease: &Lease, before: Option<u64>) {
-    if let Some(h) = lease.holder() {
-        reindex(ctx, key, before, h.deadline_ms);
+/// The effects of a grant (new or repeated) on an open lease: index (for a
+/// key that did not exist), replication, notification.
+pub fn granted(ctx: Ctx, key: RString, lease: &Lease, new_key: bool) {
+    if let (true, Some(h)) = (new_key, lease.holder()) {
+        index_new_key(ctx, key, h.deadline_ms);
     }
     replicate_lease(ctx, key, lease);
     rm::notify(ctx, c"lease.acquire", key);
@@ -247,15 +245,11 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
         node::bump(&STATS.renewals_rejected);
         return rm::reply_integer(ctx, 0);
     };
-    let before = lease.holder().map(|h| h.deadline_ms);
     if !lease.renew(token, ttl_ms, now) {
         node::bump(&STATS.renewals_rejected);
         return rm::reply_integer(ctx, 0);
     }
     node::bump(&STATS.renewals);
-    if let Some(h) = lease.holder() {
-        reindex(ctx, *key_name, before, h.deadline_ms);
-    }
     replicate_lease(ctx, *key_name, lease);
     rm::notify(ctx, c"lease.renew", *key_name);
     rm::reply_integer(ctx, 1)
@@ -497,11 +491,10 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
         return rm::reply_error(ctx, error::INTERNAL);
     };
     let new_deadline = holder.as_ref().map(|h| h.deadline_ms);
-    let before = match key.value::<Lease>(lease_type()) {
+    let new_key = match key.value::<Lease>(lease_type()) {
         Slot::Ours(lease) => {
-            let before = lease.holder().map(|h| h.deadline_ms);
             lease.apply(holder, fence);
-            before
+            false
         }
         slot => {
             // The master says this key is a lease; whatever the replica had
@@ -510,12 +503,12 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
                 key.delete();
             }
             data_type::store_lease(&mut key, Lease::from_parts(holder, fence));
-            None
+            true
         }
     };
     drop(key);
-    if let Some(to) = new_deadline {
-        reindex(ctx, *key_name, before, to);
+    if let (true, Some(to)) = (new_key, new_deadline) {
+        index_new_key(ctx, *key_name, to);
     }
     rm::reply_simple(ctx, c"OK")
 }

@@ -202,23 +202,6 @@ impl DeadlineIndex {
         pack(deadline_ms, db).is_some_and(|p| self.entries.remove(&(p, key) as &dyn EntryRef))
     }
 
-    /// Moves a key from one deadline to another, reusing its entry.
-    pub fn reschedule(&mut self, from_ms: u64, to_ms: u64, db: i32, key: &[u8]) {
-        let (Some(from), Some(to)) = (pack(from_ms, db), pack(to_ms, db)) else {
-            return;
-        };
-        if from == to {
-            return self.insert(to_ms, db, key);
-        }
-        match self.entries.take(&(from, key) as &dyn EntryRef) {
-            Some(mut entry) => {
-                entry.packed = to;
-                self.entries.insert(entry);
-            }
-            None => self.insert(to_ms, db, key),
-        }
-    }
-
     /// Takes the earliest entry whose deadline is at or before `now_ms`.
     pub fn pop_due(&mut self, now_ms: u64) -> Option<Entry> {
         if self.entries.first()?.deadline_ms() <= now_ms {
@@ -291,19 +274,13 @@ mod tests {
     }
 
     #[test]
-    fn reschedule_moves_one_entry() {
+    fn inserting_twice_keeps_one_entry() {
         let mut idx = DeadlineIndex::new();
         idx.insert(10, 0, b"k");
-        idx.reschedule(10, 50, 0, b"k");
-        assert_eq!(idx.len(), 1);
-        assert!(idx.contains(50, 0, b"k"));
-        assert_eq!(idx.pop_due(49), None);
-        // an entry the index never had is inserted
-        idx.reschedule(7, 60, 0, b"other");
-        assert!(idx.contains(60, 0, b"other"));
-        // rescheduling to the same deadline keeps one entry
-        idx.reschedule(60, 60, 0, b"other");
-        assert_eq!(idx.len(), 2);
+        idx.insert(10, 0, b"k");
+        idx.insert(50, 0, b"k");
+        assert_eq!(idx.len(), 2, "one entry per (deadline, db, key)");
+        assert!(idx.contains(10, 0, b"k") && idx.contains(50, 0, b"k"));
     }
 
     #[test]

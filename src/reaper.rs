@@ -153,9 +153,12 @@ fn reap_key(ctx: Ctx, db: i32, name: RString, key_bytes: &[u8], now: u64) {
         return;
     }
     if node::waiters().len(db, key_bytes) > 0 {
-        // Expired with a queue: the head waiter takes it now.
+        // Expired with a queue: the head waiter takes it now. The key keeps
+        // an entry, to be looked at again after the waiter's grant.
         drop(key);
         crate::blocking::signal(ctx, name);
+        let recheck = now.saturating_add(config::reap_interval_ms() as u64);
+        node::index().insert(recheck, db, key_bytes);
         return;
     }
     let expired = lease.holder().is_some();
@@ -223,8 +226,9 @@ unsafe extern "C" fn index_scanned_key(
         return;
     };
     if let Slot::Ours(lease) = key.value::<Lease>(lease_type()) {
-        if let Some(h) = lease.holder() {
-            node::index().insert(h.deadline_ms, state.db, rm::bytes(name));
-        }
+        // A free record (kept for waiters) is due at once: the reaper
+        // deletes it if its queue is gone.
+        let due = lease.holder().map_or(0, |h| h.deadline_ms);
+        node::index().insert(due, state.db, rm::bytes(name));
     }
 }
