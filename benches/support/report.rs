@@ -1,0 +1,673 @@
+//! The bench's report: the machine it ran on, each target's verdict, and the tables,
+//! as markdown (printed, and written to `bench.md`).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::{Op, Plan, Samples, ServerResult};
+
+/// What the numbers were measured on.
+pub struct Machine {
+    pub cpu_model: String,
+    pub cores: usize,
+    pub mem_gib: f64,
+    pub kernel: String,
+    pub date: String,
+    /// `/proc/loadavg` before the bench put any load on the machine, and after.
+    pub load_start: String,
+    pub load_end: String,
+    pub elapsed: Duration,
+    pub note: Option<String>,
+}
+
+impl Machine {
+    pub fn probe(note: Option<String>) -> Machine {
+        let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+        let cpuinfo = read("/proc/cpuinfo");
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                (k.trim() == "model name").then(|| v.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".to_string());
+        let mem_kib: f64 = read("/proc/meminfo")
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0);
+        let date = std::process::Command::new("date")
+            .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        Machine {
+            cpu_model,
+            cores: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            mem_gib: mem_kib / 1024.0 / 1024.0,
+            kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
+            date,
+            // scripts/bench reads it before it builds anything.
+            load_start: std::env::var("LEASE_BENCH_LOAD_START")
+                .ok()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+                .unwrap_or_else(loadavg),
+            load_end: String::new(),
+            elapsed: Duration::ZERO,
+            note,
+        }
+    }
+
+    pub fn finish(&mut self, elapsed: Duration) {
+        self.load_end = loadavg();
+        self.elapsed = elapsed;
+    }
+}
+
+/// The three load averages of `/proc/loadavg`.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// One target of issue 6 and how it fared.
+pub struct Target {
+    pub name: &'static str,
+    /// The name in the chart.
+    pub short: &'static str,
+    pub measured: String,
+    pub goal: &'static str,
+    pub pass: bool,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    a / b
+}
+
+/// Growth of a curve: the median at the largest size over the median at the smallest.
+pub fn growth(first: &Samples, last: &Samples) -> f64 {
+    ratio(last.median(), first.median())
+}
+
+pub fn cycle_medians(r: &ServerResult) -> (f64, f64) {
+    let c = &r.cpu;
+    let native =
+        c.get(Op::Acquire).median() + c.get(Op::Renew).median() + c.get(Op::Release).median();
+    let lua = c.get(Op::SetNxPx).median()
+        + c.get(Op::EvalRenew).median()
+        + c.get(Op::EvalRelease).median();
+    (native, lua)
+}
+
+/// Worst probe round trip over all runs, µs.
+pub fn worst(s: &Samples) -> f64 {
+    s.max()
+}
+
+pub fn targets(r: &ServerResult) -> Vec<Target> {
+    let c = &r.cpu;
+    let (native_cycle, lua_cycle) = cycle_medians(r);
+    let cycle = ratio(native_cycle, lua_cycle);
+    let acq = ratio(c.get(Op::Acquire).median(), c.get(Op::SetNxPx).median());
+    let fence = ratio(c.get(Op::Fence).median(), c.get(Op::Incr).median());
+    let tp = ratio(r.throughput.native.median(), r.throughput.lua.median());
+    let m = &r.memory;
+    let usage = ratio(m.native_usage.median(), m.lua_usage.median());
+    let delta = ratio(m.native_delta.median(), m.lua_delta.median());
+    let e = &r.expiry.native;
+    let max_ms = worst(&e.max_us) / 1e3;
+    let mut out = vec![
+        Target {
+            name: "Full cycle ACQUIRE+RENEW+RELEASE vs SET NX PX + EVALSHA renew + EVALSHA release (server CPU)",
+            short: "Full cycle CPU vs the Lua way",
+            measured: format!("{:.2} / {:.2} µs = {}", native_cycle, lua_cycle, times(cycle)),
+            goal: "≤ 0.40×",
+            pass: cycle <= 0.40,
+        },
+        Target {
+            name: "LEASE.ACQUIRE vs SET NX PX (server CPU)",
+            short: "ACQUIRE CPU vs SET NX PX",
+            measured: format!(
+                "{:.2} / {:.2} µs = {}",
+                c.get(Op::Acquire).median(),
+                c.get(Op::SetNxPx).median(),
+                times(acq)
+            ),
+            goal: "≤ 1.2×",
+            pass: acq <= 1.2,
+        },
+        Target {
+            name: "LEASE.FENCE (no inner command) vs INCR (server CPU)",
+            short: "FENCE CPU vs INCR",
+            measured: format!(
+                "{:.2} / {:.2} µs = {}",
+                c.get(Op::Fence).median(),
+                c.get(Op::Incr).median(),
+                times(fence)
+            ),
+            goal: "≤ 1.2×",
+            pass: fence <= 1.2,
+        },
+        Target {
+            name: "Pipelined acquire/release cycles per second vs the Lua way",
+            short: "Pipelined cycles/s vs the Lua way",
+            measured: format!(
+                "{} / {} = {}",
+                count(r.throughput.native.median()),
+                count(r.throughput.lua.median()),
+                times(tp)
+            ),
+            goal: "≥ 1.8×",
+            pass: tp >= 1.8,
+        },
+        Target {
+            name: "Memory per live lease: MEMORY USAGE vs SET NX PX string",
+            short: "MEMORY USAGE vs a SET NX PX string",
+            measured: format!(
+                "{:.0} / {:.0} B = {}",
+                m.native_usage.median(),
+                m.lua_usage.median(),
+                times(usage)
+            ),
+            goal: "≤ 1.3×",
+            pass: usage <= 1.3,
+        },
+        Target {
+            name: "Memory per live lease: used_memory delta vs SET NX PX strings",
+            short: "used_memory per key vs strings",
+            measured: format!(
+                "{:.1} / {:.1} B = {}",
+                m.native_delta.median(),
+                m.lua_delta.median(),
+                times(delta)
+            ),
+            goal: "≤ 1.3×",
+            pass: delta <= 1.3,
+        },
+        Target {
+            name: "Leases expiring together: worst probe round trip while reaped",
+            short: "Worst probe round trip, mass expiry",
+            measured: format!(
+                "{:.2} ms (p99 {:.2} ms) over {} keys",
+                max_ms,
+                e.p99_us.median() / 1e3,
+                count(r.expiry.keys as f64)
+            ),
+            goal: "< 2 ms",
+            pass: max_ms < 2.0,
+        },
+        Target {
+            name: "Leases expiring together: all deleted in bounded time",
+            short: "All expired leases deleted",
+            measured: format!(
+                "DBSIZE 0 after {:.2} s (median; worst {:.2} s)",
+                e.drain_ms.median() / 1e3,
+                e.drain_ms.max() / 1e3
+            ),
+            goal: "bounded",
+            pass: e.drain_ms.max().is_finite(),
+        },
+    ];
+    let pts = &r.curve.points;
+    if let (Some(first), Some(last)) = (pts.first(), pts.last()) {
+        let span = format!(
+            "{} → {} live",
+            count(first.live as f64),
+            count(last.live as f64)
+        );
+        let acq_g = growth(&first.acquire, &last.acquire);
+        let ren_g = growth(&first.renew, &last.renew);
+        out.push(Target {
+            name: "Flat cost: LEASE.ACQUIRE from fewest to most live leases",
+            short: "ACQUIRE cost flat in live leases",
+            measured: format!(
+                "{span}: {} (SET NX PX: {})",
+                times(acq_g),
+                times(growth(&first.set_nx_px, &last.set_nx_px))
+            ),
+            goal: "≤ 1.25× growth",
+            pass: acq_g <= 1.25,
+        });
+        out.push(Target {
+            name: "Flat cost: LEASE.RENEW from fewest to most live leases",
+            short: "RENEW cost flat in live leases",
+            measured: format!(
+                "{span}: {} (EVALSHA renew: {})",
+                times(ren_g),
+                times(growth(&first.eval_renew, &last.eval_renew))
+            ),
+            goal: "≤ 1.25× growth",
+            pass: ren_g <= 1.25,
+        });
+    }
+    out
+}
+
+pub fn times(x: f64) -> String {
+    format!("{x:.2}×")
+}
+
+/// `1234567` as `1,234,567`.
+pub fn count(x: f64) -> String {
+    let n = x.round() as i64;
+    let digits = n.abs().to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+/// `median (min–max)` when there is more than one run.
+fn spread(s: &Samples, decimals: usize) -> String {
+    if s.0.len() > 1 {
+        format!(
+            "{:.*} ({:.*}–{:.*})",
+            decimals,
+            s.median(),
+            decimals,
+            s.min(),
+            decimals,
+            s.max()
+        )
+    } else {
+        format!("{:.*}", decimals, s.median())
+    }
+}
+
+fn verdict(pass: bool) -> &'static str {
+    if pass {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}
+
+/// The tables for one server.
+fn server_tables(out: &mut String, r: &ServerResult, plan: &Plan) {
+    let runs = plan.runs;
+    let c = &r.cpu;
+    let _ = writeln!(out, "### Targets\n");
+    let _ = writeln!(
+        out,
+        "| Target | Measured (medians of {runs} runs) | Goal | Result |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|");
+    for t in targets(r) {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | **{}** |",
+            t.name,
+            t.measured,
+            t.goal,
+            verdict(t.pass)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nRatios are redis-lease over the Lua way (or INCR). Growth is the cost with the most \
+         live leases over the cost with one; the Lua way's growth on the same server shows \
+         what Redis's own keyspace costs at that size. `MEMORY USAGE` counts what the module's \
+         `mem_usage` callback reports; the `used_memory` delta counts everything the keys \
+         cost, the module's deadline index included. Probe maxima include the scheduler \
+         delays of a shared machine: compare them with the probe before the deadline and with \
+         the server's wait for a CPU in table d."
+    );
+
+    let _ = writeln!(
+        out,
+        "\n### a. Server CPU per call\n\n`usec / calls` from `INFO commandstats` after `CONFIG RESETSTAT`, \
+         {} calls per operation in pipelines of 1000, distinct keys (`bench:00000000`…), \
+         32-hex-character tokens. Each redis-lease step runs in turn with its Lua-way \
+         step, a pipeline at a time, on the same key names (leases in database 0, strings \
+         in database 1), so both meet the same background load. µs per call: median \
+         (min–max) of {runs} runs.\n",
+        count(plan.cpu_calls as f64)
+    );
+    let _ = writeln!(
+        out,
+        "| Step | SET NX PX + Lua | µs | redis-lease | µs | ratio |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let pairs = [
+        ("acquire", Op::SetNxPx, Op::Acquire),
+        ("renew", Op::EvalRenew, Op::Renew),
+        ("release", Op::EvalRelease, Op::Release),
+    ];
+    for (step, lua, native) in pairs {
+        let _ = writeln!(
+            out,
+            "| {step} | `{}` | {} | `{}` | {} | {} |",
+            lua.label(),
+            spread(c.get(lua), 2),
+            native.label(),
+            spread(c.get(native), 2),
+            times(ratio(c.get(native).median(), c.get(lua).median()))
+        );
+    }
+    let (nc, lc) = cycle_medians(r);
+    let _ = writeln!(
+        out,
+        "| **full cycle** | sum of the three | {lc:.2} | sum of the three | {nc:.2} | **{}** |",
+        times(ratio(nc, lc))
+    );
+    let _ = writeln!(
+        out,
+        "| fence | `{}` | {} | `{}` | {} | {} |",
+        Op::Incr.label(),
+        spread(c.get(Op::Incr), 2),
+        Op::Fence.label(),
+        spread(c.get(Op::Fence), 2),
+        times(ratio(c.get(Op::Fence).median(), c.get(Op::Incr).median()))
+    );
+    let _ = writeln!(
+        out,
+        "| acquire, token made by the server | | | `{}` | {} | {} vs SET NX PX |",
+        Op::AcquireGenerated.label(),
+        spread(c.get(Op::AcquireGenerated), 2),
+        times(ratio(
+            c.get(Op::AcquireGenerated).median(),
+            c.get(Op::SetNxPx).median()
+        ))
+    );
+    let _ = writeln!(
+        out,
+        "| reference | `{}` | {} | | | |",
+        Op::Get.label(),
+        spread(c.get(Op::Get), 2)
+    );
+
+    let t = &r.throughput;
+    let _ = writeln!(
+        out,
+        "\n### b. Pipelined throughput\n\n{} client threads, {} commands per round trip \
+         ({} acquire/release cycles on the client's own keys); each run alternates {} \
+         slice(s) of {:.1} s of each way. Cycles per second over all clients: median \
+         (min–max) of {runs} runs. The clients run on the same {} cores as the server.\n",
+        plan.threads,
+        plan.depth,
+        plan.depth / 2,
+        plan.throughput_slices,
+        plan.throughput_time.as_secs_f64(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let _ = writeln!(out, "| Way | Cycle | cycles/s |");
+    let _ = writeln!(out, "|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| SET NX PX + Lua | `SET NX PX` then `EVALSHA` compare-and-delete | {} |",
+        spread_count(&t.lua)
+    );
+    let _ = writeln!(
+        out,
+        "| redis-lease | `LEASE.ACQUIRE … TOKEN` then `LEASE.RELEASE` | {} |",
+        spread_count(&t.native)
+    );
+    let _ = writeln!(
+        out,
+        "| **ratio** | | **{}** |",
+        times(ratio(t.native.median(), t.lua.median()))
+    );
+
+    let m = &r.memory;
+    let _ = writeln!(
+        out,
+        "\n### c. Memory per live key\n\n{} keys with the same names (`bench:00000000`…) \
+         and the same 32-character tokens, TTL 1 h; `MEMORY USAGE key SAMPLES 0` of one key, \
+         and the `used_memory` delta over all keys divided by their number (this includes \
+         the keyspace and expires dictionaries and the module's deadline index). Bytes: \
+         median (min–max) of {runs} runs.\n",
+        count(m.keys as f64)
+    );
+    let _ = writeln!(out, "| Measure | SET NX PX string | lease | ratio |");
+    let _ = writeln!(out, "|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| `MEMORY USAGE` | {} | {} | {} |",
+        spread(&m.lua_usage, 0),
+        spread(&m.native_usage, 0),
+        times(ratio(m.native_usage.median(), m.lua_usage.median()))
+    );
+    let _ = writeln!(
+        out,
+        "| `used_memory` delta per key | {} | {} | {} |",
+        spread(&m.lua_delta, 1),
+        spread(&m.native_delta, 1),
+        times(ratio(m.native_delta.median(), m.lua_delta.median()))
+    );
+
+    let e = &r.expiry;
+    let _ = writeln!(
+        out,
+        "\n### d. {} keys expiring together\n\nAll keys get one deadline (the TTL of each \
+         is computed as it is sent); the deadline falls {:.0} s after the last one is \
+         granted. A probe client sends PING after PING and times each round trip; DBSIZE is \
+         polled every 5 ms; the server's time on and waiting for a CPU comes from \
+         `/proc/<pid>/schedstat`. \"While deleting\" is from the deadline until DBSIZE = 0; \
+         \"before\" is the same probe on the same server in the seconds before the \
+         deadline. Leases are deleted by the module's reaper (`lease.reap-hz` 10, \
+         `lease.reap-batch` 200, defaults); strings by Redis's own active expiry. \
+         Milliseconds; worst = the largest over {runs} runs, others median (min–max).\n",
+        count(e.keys as f64),
+        crate::EXPIRY_LEAD.as_secs_f64()
+    );
+    let _ = writeln!(
+        out,
+        "| Measure | leases (redis-lease) | `PX` strings (Redis) |"
+    );
+    let _ = writeln!(out, "|---|---|---|");
+    let ms = |s: &Samples| Samples(s.0.iter().map(|v| v / 1e3).collect());
+    let _ = writeln!(
+        out,
+        "| probe round trip while deleting, worst | **{:.2}** | {:.2} |",
+        worst(&e.native.max_us) / 1e3,
+        worst(&e.lua.max_us) / 1e3
+    );
+    let _ = writeln!(
+        out,
+        "| probe round trip while deleting, max | {} | {} |",
+        spread(&ms(&e.native.max_us), 2),
+        spread(&ms(&e.lua.max_us), 2)
+    );
+    let _ = writeln!(
+        out,
+        "| probe round trip while deleting, p99 | {} | {} |",
+        spread(&ms(&e.native.p99_us), 2),
+        spread(&ms(&e.lua.p99_us), 2)
+    );
+    let _ = writeln!(
+        out,
+        "| probe round trip before the deadline, max | {} | {} |",
+        spread(&ms(&e.native.idle_max_us), 2),
+        spread(&ms(&e.lua.idle_max_us), 2)
+    );
+    let _ = writeln!(
+        out,
+        "| probe round trip before the deadline, p99 | {} | {} |",
+        spread(&ms(&e.native.idle_p99_us), 2),
+        spread(&ms(&e.lua.idle_p99_us), 2)
+    );
+    let _ = writeln!(
+        out,
+        "| probes while deleting | {} | {} |",
+        count(e.native.probes.median()),
+        count(e.lua.probes.median())
+    );
+    let _ = writeln!(
+        out,
+        "| deadline → DBSIZE 0 | {} | {} |",
+        spread(&e.native.drain_ms, 0),
+        spread(&e.lua.drain_ms, 0)
+    );
+    let _ = writeln!(
+        out,
+        "| server on a CPU in that time | {} | {} |",
+        spread(&e.native.server_cpu_ms, 0),
+        spread(&e.lua.server_cpu_ms, 0)
+    );
+    let _ = writeln!(
+        out,
+        "| server runnable but waiting for a CPU in that time | {} | {} |",
+        spread(&e.native.server_wait_ms, 0),
+        spread(&e.lua.server_wait_ms, 0)
+    );
+
+    let pts = &r.curve.points;
+    let _ = writeln!(
+        out,
+        "\n### e. Server CPU per call vs live keys\n\nWith N live leases (database 0) and N \
+         `SET NX PX` strings (database 1) held, {} acquire/release pairs on fresh keys (so N \
+         stays put) and {} renewals spread over the N live keys, the two ways in turn a \
+         pipeline at a time. µs per call, median of {runs} runs; the last row is the largest \
+         size over the smallest.\n",
+        count(plan.curve_calls as f64),
+        count(plan.curve_calls as f64)
+    );
+    let _ = writeln!(
+        out,
+        "| live keys | LEASE.ACQUIRE | LEASE.RENEW | LEASE.RELEASE | SET NX PX | EVALSHA renew | EVALSHA release |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+    for p in pts {
+        let _ = writeln!(
+            out,
+            "| {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            count(p.live as f64),
+            p.acquire.median(),
+            p.renew.median(),
+            p.release.median(),
+            p.set_nx_px.median(),
+            p.eval_renew.median(),
+            p.eval_release.median()
+        );
+    }
+    if let (Some(f), Some(l)) = (pts.first(), pts.last()) {
+        let _ = writeln!(
+            out,
+            "| **growth** | {} | {} | {} | {} | {} | {} |",
+            times(growth(&f.acquire, &l.acquire)),
+            times(growth(&f.renew, &l.renew)),
+            times(growth(&f.release, &l.release)),
+            times(growth(&f.set_nx_px, &l.set_nx_px)),
+            times(growth(&f.eval_renew, &l.eval_renew)),
+            times(growth(&f.eval_release, &l.eval_release))
+        );
+    }
+}
+
+fn spread_count(s: &Samples) -> String {
+    if s.0.len() > 1 {
+        format!(
+            "{} ({}–{})",
+            count(s.median()),
+            count(s.min()),
+            count(s.max())
+        )
+    } else {
+        count(s.median())
+    }
+}
+
+fn servers_line(results: &[ServerResult]) -> String {
+    results
+        .iter()
+        .map(|r| format!("{} (`{}`)", r.version, r.flavor))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What is printed at the end of a run: every server's tables.
+pub fn text(results: &[ServerResult], plan: &Plan, machine: &Machine) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n{} runs on {} × {}, load average {} at start, {} at end; {:.0} s",
+        plan.runs,
+        machine.cores,
+        machine.cpu_model,
+        machine.load_start,
+        machine.load_end,
+        machine.elapsed.as_secs_f64()
+    );
+    for r in results {
+        let _ = writeln!(out, "\n## {}\n", r.version);
+        server_tables(&mut out, r, plan);
+    }
+    out
+}
+
+/// `bench.md`: the machine, the command, every server's tables and the chart.
+pub fn markdown(results: &[ServerResult], plan: &Plan, machine: &Machine) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# Benchmarks: redis-lease vs `SET NX PX` + Lua\n");
+    let _ = writeln!(
+        out,
+        "Written by `scripts/bench{}` on {}; do not edit by hand. Every comparison runs both \
+         ways on the same server in the same run, each on a server of its own started by the \
+         bench; medians of {} runs.\n",
+        if plan.quick { " --quick" } else { "" },
+        machine.date,
+        plan.runs
+    );
+    if plan.quick {
+        let _ = writeln!(
+            out,
+            "**Quick run (CI smoke): one run at small sizes. These numbers are not the \
+             benchmark.**\n"
+        );
+    }
+    let _ = writeln!(out, "![Charts of the comparisons](bench.svg)\n");
+    let _ = writeln!(out, "## Machine\n");
+    let _ = writeln!(
+        out,
+        "- CPU: {} × {} (`nproc` {})",
+        machine.cores, machine.cpu_model, machine.cores
+    );
+    let _ = writeln!(
+        out,
+        "- Memory: {:.0} GiB; Linux {}",
+        machine.mem_gib, machine.kernel
+    );
+    let _ = writeln!(out, "- Servers: {}", servers_line(results));
+    let _ = writeln!(
+        out,
+        "- Load average (1, 5, 15 min) at start {}, at end {}; the bench took {:.0} s",
+        machine.load_start,
+        machine.load_end,
+        machine.elapsed.as_secs_f64()
+    );
+    if let Some(note) = &machine.note {
+        let _ = writeln!(out, "- Note: {note}");
+    }
+    let _ = writeln!(
+        out,
+        "- Server CPU per call is what `INFO commandstats` counts inside the command \
+         (parsing and network I/O excluded); throughput and probe latency include the \
+         clients, which share the machine's cores with the server."
+    );
+    let _ = writeln!(
+        out,
+        "\nReproduce: `scripts/bench` (this report, into `docs/`), `scripts/bench --quick` \
+         (smoke, into `target/bench-quick/`), `scripts/bench --all-servers` (also Redis 8.2 \
+         and Valkey 8.1). Criterion micro benches of the pure core: `cargo bench --bench core`.\n"
+    );
+    for r in results {
+        let _ = writeln!(out, "## {}\n", r.version);
+        server_tables(&mut out, r, plan);
+        out.push('\n');
+    }
+    out
+}
