@@ -659,9 +659,9 @@ pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
             ));
         }
         specs.push(unsafe { std::mem::zeroed() });
-        // Redis keeps pointers into the info: it lives as long as the module.
-        let specs = Box::leak(specs.into_boxed_slice());
-        let info = Box::leak(Box::new(raw::RedisModuleCommandInfo {
+        // Redis copies what it keeps (strings, key specs), so the info only
+        // needs to outlive the call.
+        let info = raw::RedisModuleCommandInfo {
             version: &VERSION,
             summary: spec.summary.as_ptr(),
             complexity: c"O(1)".as_ptr(),
@@ -671,8 +671,8 @@ pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
             arity: spec.arity,
             key_specs: specs.as_mut_ptr(),
             args: std::ptr::null_mut(),
-        }));
-        if unsafe { api!(RedisModule_SetCommandInfo)(command, info) } != OK {
+        };
+        if unsafe { api!(RedisModule_SetCommandInfo)(command, &info) } != OK {
             return Err(format!("cannot set command info of {:?}", spec.name));
         }
         if let Some(set_categories) = unsafe { raw::RedisModule_SetCommandACLCategories } {
