@@ -44,7 +44,7 @@ fn command(
     argv: *mut RString,
     argc: c_int,
     body: fn(Ctx, &[RString]) -> c_int,
-    secret: fn(&[RString]) -> Option<usize>,
+    secret: fn(&[RString]) -> Vec<usize>,
 ) -> c_int {
     rm::guard(
         name,
@@ -52,7 +52,7 @@ fn command(
         || {
             let args = rm::args(argv, argc);
             let status = body(ctx, args);
-            if let Some(pos) = secret(args) {
+            for pos in secret(args) {
                 rm::redact(ctx, pos);
             }
             status
@@ -60,26 +60,40 @@ fn command(
     )
 }
 
-fn no_secret(_: &[RString]) -> Option<usize> {
-    None
+fn no_secret(_: &[RString]) -> Vec<usize> {
+    Vec::new()
 }
 
 /// RENEW and RELEASE: `key token ...`.
-fn second_argument(args: &[RString]) -> Option<usize> {
-    (args.len() > 2).then_some(2)
+fn second_argument(args: &[RString]) -> Vec<usize> {
+    (args.len() > 2).then_some(2).into_iter().collect()
 }
 
-/// ACQUIRE: the value after `TOKEN`.
-fn token_option(args: &[RString]) -> Option<usize> {
+/// ACQUIRE: every argument after a `TOKEN`, also in a call refused for
+/// its syntax.
+fn token_option(args: &[RString]) -> Vec<usize> {
     (3..args.len().saturating_sub(1))
-        .step_by(2)
-        .find(|&i| rm::bytes(args[i]).eq_ignore_ascii_case(b"TOKEN"))
+        .filter(|&i| rm::bytes(args[i]).eq_ignore_ascii_case(b"TOKEN"))
         .map(|i| i + 1)
+        .collect()
+}
+
+/// FENCE: a nested LEASE command (refused) may carry a token anywhere.
+fn nested_lease_command(args: &[RString]) -> Vec<usize> {
+    let nested = args.get(3).is_some_and(|&c| {
+        let name = rm::bytes(c);
+        name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.")
+    });
+    if nested {
+        (4..args.len()).collect()
+    } else {
+        Vec::new()
+    }
 }
 
 /// APPLY: `key fence deadline token`.
-fn fourth_argument(args: &[RString]) -> Option<usize> {
-    (args.len() > 4).then_some(4)
+fn fourth_argument(args: &[RString]) -> Vec<usize> {
+    (args.len() > 4).then_some(4).into_iter().collect()
 }
 
 /// Indexes a new lease key. Only a primary keeps the index: it is the only
@@ -356,7 +370,7 @@ pub extern "C" fn fence_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
             },
         );
     }
-    command("LEASE.FENCE", ctx, argv, argc, fence, no_secret)
+    command("LEASE.FENCE", ctx, argv, argc, fence, nested_lease_command)
 }
 
 fn fence(ctx: Ctx, args: &[RString]) -> c_int {
@@ -392,6 +406,8 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     }
     let reply = if inner_args.is_empty() {
         None
+    } else if inner_args.len() > inner::MAX_ARGS {
+        return rm::reply_error(ctx, error::FENCE_TOO_MANY_ARGS);
     } else {
         match inner::verdict(ctx, inner_args) {
             Verdict::Allowed => {}
@@ -514,7 +530,8 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
 }
 
 /// One command's registration: name, handler, flags, arity, key specs and
-/// the ACL categories added on servers that have the API (7.2+).
+/// the ACL categories set on servers that have the API (7.2+). Setting them
+/// replaces the ones Redis derives from the flags, so they are all named.
 struct Spec {
     name: &'static CStr,
     handler: extern "C" fn(Ctx, *mut RString, c_int) -> c_int,
@@ -538,7 +555,7 @@ const SPECS: &[Spec] = &[
             | raw::REDISMODULE_CMD_KEY_ACCESS
             | raw::REDISMODULE_CMD_KEY_UPDATE,
         inner_keys: false,
-        acl: "blocking",
+        acl: "write slow blocking",
         summary: c"Acquires a lease on a key: [token, fence], or nil while another token holds it.",
     },
     Spec {
@@ -548,7 +565,7 @@ const SPECS: &[Spec] = &[
         arity: 4,
         key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
         inner_keys: false,
-        acl: "",
+        acl: "write fast",
         summary: c"Extends a live lease held by the token: 1, else 0.",
     },
     Spec {
@@ -558,7 +575,7 @@ const SPECS: &[Spec] = &[
         arity: 3,
         key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
         inner_keys: false,
-        acl: "",
+        acl: "write fast",
         summary: c"Releases a live lease held by the token: 1, else 0.",
     },
     Spec {
@@ -568,7 +585,7 @@ const SPECS: &[Spec] = &[
         arity: -3,
         key_flags: raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
         inner_keys: true,
-        acl: "",
+        acl: "write slow",
         summary: c"Accepts a fencing token for a resource, then runs an optional command in the same atomic step.",
     },
     Spec {
@@ -578,7 +595,7 @@ const SPECS: &[Spec] = &[
         arity: 2,
         key_flags: raw::REDISMODULE_CMD_KEY_RO,
         inner_keys: false,
-        acl: "",
+        acl: "read fast",
         summary: c"State, ttl, fence and waiters of a lease; never the token.",
     },
     Spec {
@@ -588,7 +605,7 @@ const SPECS: &[Spec] = &[
         arity: 5,
         key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
         inner_keys: false,
-        acl: "",
+        acl: "write slow",
         summary: c"Internal: replays a lease's state from a master or the AOF.",
     },
 ];

@@ -128,9 +128,9 @@ unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int)
     rm::guard("lease-key load", std::ptr::null_mut, || {
         match encoding::decode_lease(&mut Io(rdb), encver) {
             Ok(lease) => {
-                // A restored or migrated key carries a fence issued elsewhere;
-                // the next grant here must be above it.
-                node::fences().observe(lease.fence());
+                // The fence it carries raises the sequence once the key is
+                // really stored (the `restore` event, a rescan): Redis may still
+                // refuse the payload after this returns.
                 node::bump(&STATS.lease_keys);
                 Box::into_raw(Box::new(lease)).cast()
             }
@@ -326,9 +326,6 @@ unsafe extern "C" fn resource_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_i
         std::ptr::null_mut,
         || match encoding::decode_resource(&mut Io(rdb), encver) {
             Ok(record) => {
-                // A migrated record may guard a lock whose key is gone: the
-                // next grant here must still beat the fence it accepted.
-                node::fences().observe(record.highest());
                 node::bump(&STATS.resource_keys);
                 Box::into_raw(Box::new(record)).cast()
             }

@@ -51,3 +51,6 @@ pub const EVICTION_REFUSED: &CStr = c"ERR lease refused: maxmemory-policy is all
 
 pub const TOO_MANY_WAITERS: &CStr =
     c"ERR too many clients already wait for this key (see lease.max-waiters)";
+
+pub const FENCE_TOO_MANY_ARGS: &CStr =
+    c"ERR LEASE.FENCE: the inner command may have at most 256 arguments after its name";

@@ -9,8 +9,8 @@ use std::os::raw::{c_char, c_int, c_void};
 
 use redis_module::raw;
 
-use crate::data_type::lease_type;
-use crate::lease::Lease;
+use crate::data_type::{lease_type, resource_type};
+use crate::lease::{Lease, Resource};
 use crate::node;
 use crate::rm::{self, api, Ctx, Key, RString, Slot};
 
@@ -194,17 +194,26 @@ fn wake_waiters(ctx: Ctx, key: RString) {
     }
 }
 
-/// Indexes a lease key that appeared under a new name or database.
+/// A lease key or record appeared under a new name or database (`RENAME`,
+/// `MOVE`, `COPY`, `RESTORE`, `MIGRATE`): its fence raises the sequence (a
+/// restored key carries a fence issued elsewhere, and the next grant here must
+/// be above it), and a primary indexes its deadline.
 fn track(ctx: Ctx, name: RString) {
-    if !node::is_primary() {
-        return;
-    }
     let Some(mut key) = Key::open_read(ctx, name) else {
         return;
     };
-    if let Slot::Ours(lease) = key.value::<Lease>(lease_type()) {
-        if let Some(h) = lease.holder() {
-            node::index().insert(h.deadline_ms, rm::selected_db(ctx), rm::bytes(name));
+    match key.value::<Lease>(lease_type()) {
+        Slot::Ours(lease) => {
+            node::fences().observe(lease.fence());
+            if let (true, Some(h)) = (node::is_primary(), lease.holder()) {
+                node::index().insert(h.deadline_ms, rm::selected_db(ctx), rm::bytes(name));
+            }
         }
+        Slot::WrongType => {
+            if let Slot::Ours(record) = key.value::<Resource>(resource_type()) {
+                node::fences().observe(record.highest());
+            }
+        }
+        Slot::Empty => {}
     }
 }

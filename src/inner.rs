@@ -10,6 +10,11 @@ use redis_module::raw;
 
 use crate::rm::{self, api, Ctx, RString};
 
+/// Most arguments the inner command may have after its name. Keeps key
+/// extraction (`RedisModule_GetCommandKeysWithFlags`) under 256 keys: past
+/// that, Redis 7.0-8.2 and Valkey 8.1 do not free its buffer.
+pub const MAX_ARGS: usize = 256;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Allowed,
@@ -258,7 +263,9 @@ pub fn report_keys(ctx: Ctx, args: &[RString]) {
         Some(at) => unsafe { at(ctx, 1, rw_update) },
         None => unsafe { api!(RedisModule_KeyAtPos)(ctx, 1) },
     }
-    if args.len() < 4 {
+    // An oversized inner command is refused when it runs; its keys are
+    // not extracted (see MAX_ARGS).
+    if args.len() < 4 || args.len() > 4 + MAX_ARGS {
         return;
     }
     let Some(get_keys) = (unsafe { raw::RedisModule_GetCommandKeysWithFlags }) else {

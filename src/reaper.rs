@@ -230,5 +230,6 @@ unsafe extern "C" fn index_scanned_key(
         // deletes it if its queue is gone.
         let due = lease.holder().map_or(0, |h| h.deadline_ms);
         node::index().insert(due, state.db, rm::bytes(name));
+        node::fences().observe(lease.fence());
     }
 }
