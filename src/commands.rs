@@ -406,7 +406,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     }
     let reply = if inner_args.is_empty() {
         None
-    } else if inner_args.len() > inner::MAX_ARGS {
+    } else if inner_args.len() > 1 + inner::MAX_ARGS {
         return rm::reply_error(ctx, error::FENCE_TOO_MANY_ARGS);
     } else {
         match inner::verdict(ctx, inner_args) {
