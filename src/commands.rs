@@ -420,7 +420,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
                 )
             }
         }
-        if inner::touches(ctx, inner_args, rm::bytes(*resource)) {
+        if inner::touches(inner_args, rm::bytes(*resource)) {
             return rm::reply_error(ctx, error::FENCE_TOUCHES_RESOURCE);
         }
         match inner::call(ctx, inner_args) {
