@@ -34,7 +34,7 @@ fn generate_token() -> [u8; 32] {
 
 /// Wraps a command body: a panic becomes an error reply and a log line.
 ///
-/// `secret` names the argument that carries a token; it is redacted from
+/// `secret` names the arguments that carry a token; they are redacted from
 /// MONITOR, SLOWLOG and logs once the body is done with it (some servers
 /// replace the argument itself, so redacting earlier would hide the token
 /// from the command too).
@@ -44,7 +44,7 @@ fn command(
     argv: *mut RString,
     argc: c_int,
     body: fn(Ctx, &[RString]) -> c_int,
-    secret: fn(&[RString]) -> Vec<usize>,
+    secret: fn(&[RString], &mut dyn FnMut(usize)),
 ) -> c_int {
     rm::guard(
         name,
@@ -52,48 +52,45 @@ fn command(
         || {
             let args = rm::args(argv, argc);
             let status = body(ctx, args);
-            for pos in secret(args) {
-                rm::redact(ctx, pos);
-            }
+            secret(args, &mut |pos| rm::redact(ctx, pos));
             status
         },
     )
 }
 
-fn no_secret(_: &[RString]) -> Vec<usize> {
-    Vec::new()
-}
+fn no_secret(_: &[RString], _: &mut dyn FnMut(usize)) {}
 
 /// RENEW and RELEASE: `key token ...`.
-fn second_argument(args: &[RString]) -> Vec<usize> {
-    (args.len() > 2).then_some(2).into_iter().collect()
+fn second_argument(args: &[RString], redact: &mut dyn FnMut(usize)) {
+    if args.len() > 2 {
+        redact(2);
+    }
 }
 
 /// ACQUIRE: every argument after a `TOKEN`, also in a call refused for
 /// its syntax.
-fn token_option(args: &[RString]) -> Vec<usize> {
+fn token_option(args: &[RString], redact: &mut dyn FnMut(usize)) {
     (3..args.len().saturating_sub(1))
         .filter(|&i| rm::bytes(args[i]).eq_ignore_ascii_case(b"TOKEN"))
-        .map(|i| i + 1)
-        .collect()
+        .for_each(|i| redact(i + 1));
 }
 
 /// FENCE: a nested LEASE command (refused) may carry a token anywhere.
-fn nested_lease_command(args: &[RString]) -> Vec<usize> {
+fn nested_lease_command(args: &[RString], redact: &mut dyn FnMut(usize)) {
     let nested = args.get(3).is_some_and(|&c| {
         let name = rm::bytes(c);
         name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.")
     });
     if nested {
-        (4..args.len()).collect()
-    } else {
-        Vec::new()
+        (4..args.len()).for_each(redact);
     }
 }
 
 /// APPLY: `key fence deadline token`.
-fn fourth_argument(args: &[RString]) -> Vec<usize> {
-    (args.len() > 4).then_some(4).into_iter().collect()
+fn fourth_argument(args: &[RString], redact: &mut dyn FnMut(usize)) {
+    if args.len() > 4 {
+        redact(4);
+    }
 }
 
 /// Indexes a new lease key. Only a primary keeps the index: it is the only
