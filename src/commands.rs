@@ -115,10 +115,7 @@ fn unindex(ctx: Ctx, key: RString, deadline_ms: u64) {
 
 /// Propagates a lease's whole state as `LEASE.APPLY`.
 pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
-    let (deadline, token) = match lease.holder() {
-        Some(h) => (h.deadline_ms, &h.token[..]),
-        None => (0, &[][..]),
-    };
+    let (deadline, token) = lease.persisted_holder();
     unsafe {
         api!(RedisModule_Replicate)(
             ctx,
@@ -131,6 +128,16 @@ pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
             token.len(),
         )
     };
+}
+
+/// The lease in an open key: `None` for an empty key, an error for a key of
+/// another type.
+fn lease_in(key: &mut Key) -> Result<Option<&mut Lease>, &'static CStr> {
+    match key.value::<Lease>(lease_type()) {
+        Slot::WrongType => Err(error::WRONGTYPE),
+        Slot::Empty => Ok(None),
+        Slot::Ours(lease) => Ok(Some(lease)),
+    }
 }
 
 fn reply_grant(ctx: Ctx, token: &[u8], fence: u64) -> c_int {
@@ -246,10 +253,9 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
     let Some(mut key) = Key::open_write(ctx, *key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
     };
-    let lease = match key.value::<Lease>(lease_type()) {
-        Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
-        Slot::Empty => None,
-        Slot::Ours(lease) => Some(lease),
+    let lease = match lease_in(&mut key) {
+        Ok(lease) => lease,
+        Err(e) => return rm::reply_error(ctx, e),
     };
     let now = rm::now_ms();
     let Some(lease) = lease.filter(|l| l.live_holder(now).is_some()) else {
@@ -285,10 +291,9 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
     let Some(mut key) = Key::open_write(ctx, *key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
     };
-    let lease = match key.value::<Lease>(lease_type()) {
-        Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
-        Slot::Empty => None,
-        Slot::Ours(lease) => Some(lease),
+    let lease = match lease_in(&mut key) {
+        Ok(lease) => lease,
+        Err(e) => return rm::reply_error(ctx, e),
     };
     let now = rm::now_ms();
     let before = lease

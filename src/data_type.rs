@@ -149,10 +149,7 @@ unsafe extern "C" fn lease_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_
             let Some(lease) = value.cast::<Lease>().as_ref() else {
                 return;
             };
-            let (deadline, token) = match lease.holder() {
-                Some(h) => (h.deadline_ms, &h.token[..]),
-                None => (0, &[][..]),
-            };
+            let (deadline, token) = lease.persisted_holder();
             api!(RedisModule_SaveUnsigned)(rdb, lease.fence());
             api!(RedisModule_SaveUnsigned)(rdb, deadline);
             raw::save_slice(rdb, token);
@@ -174,10 +171,7 @@ unsafe extern "C" fn lease_aof_rewrite(
             let Some(lease) = value.cast::<Lease>().as_ref() else {
                 return;
             };
-            let (deadline, token) = match lease.holder() {
-                Some(h) => (h.deadline_ms, &h.token[..]),
-                None => (0, &[][..]),
-            };
+            let (deadline, token) = lease.persisted_holder();
             api!(RedisModule_EmitAOF)(
                 aof,
                 c"LEASE.APPLY".as_ptr(),

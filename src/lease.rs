@@ -120,6 +120,14 @@ impl Lease {
         self.fence
     }
 
+    /// The holder as persisted and replicated: `(deadline_ms, token)`,
+    /// `(0, "")` when free.
+    pub fn persisted_holder(&self) -> (u64, &[u8]) {
+        self.holder
+            .as_ref()
+            .map_or((0, &[][..]), |h| (h.deadline_ms, &h.token[..]))
+    }
+
     pub fn state(&self, now_ms: u64) -> State {
         match self.live_holder(now_ms) {
             Some(h) => State::Held {
