@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::cluster::{key_slot, keys_by_slot, Cluster, ClusterOptions};
+use common::lease::{crc64, lease_info};
 use common::{wait_until, Flavor, Server};
 use redis::{Connection, ConnectionLike, ToRedisArgs, Value};
 
@@ -119,40 +120,6 @@ fn stale(fence: u64, highest: u64) -> String {
     format!("STALE fencing token {fence} is older than {highest}")
 }
 
-/// What `LEASE.INFO` says about a key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Info {
-    state: String,
-    ttl: i64,
-    fence: u64,
-    waiters: i64,
-}
-
-fn lease_info<C: ConnectionLike>(con: &mut C, key: &str) -> Option<Info> {
-    let pairs: Vec<(Value, Value)> = match ok(con, "LEASE.INFO", key) {
-        Value::Nil => return None,
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|pair| (pair[0].clone(), pair.get(1).cloned().unwrap_or(Value::Nil)))
-            .collect(),
-        Value::Map(pairs) => pairs,
-        other => panic!("LEASE.INFO {key} answered {other:?}"),
-    };
-    let field = |name: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| *k == Value::BulkString(name.as_bytes().to_vec()))
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("LEASE.INFO {key} has no {name}: {pairs:?}"))
-    };
-    Some(Info {
-        state: text(field("state")),
-        ttl: int(field("ttl")),
-        fence: int(field("fence")) as u64,
-        waiters: int(field("waiters")),
-    })
-}
-
 fn held_with<C: ConnectionLike>(con: &mut C, key: &str, fence: u64) {
     let info = lease_info(con, key).unwrap_or_else(|| panic!("{key}: no lease"));
     assert_eq!(info.state, "held", "{key}: {info:?}");
@@ -215,20 +182,6 @@ fn lease_payload(template: &[u8], fence: u64, deadline_ms: u64, token: &[u8]) ->
     fn len(out: &mut Vec<u8>, v: u64) {
         out.push(0x81);
         out.extend_from_slice(&v.to_be_bytes());
-    }
-    fn crc64(data: &[u8]) -> u64 {
-        let mut crc = 0u64;
-        for &byte in data {
-            crc ^= u64::from(byte);
-            for _ in 0..8 {
-                crc = if crc & 1 == 1 {
-                    (crc >> 1) ^ 0x95ac_9329_ac4b_c9b5
-                } else {
-                    crc >> 1
-                };
-            }
-        }
-        crc
     }
     assert_eq!(&template[..2], &[7, 0x81], "a module value: {template:?}");
     assert!(token.len() < 64, "one-byte length only");

@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::lease::crc64;
 use common::{wait_until, Flavor, Server};
 use redis::{Connection, ConnectionLike, Value};
 
@@ -294,25 +295,9 @@ fn is_noperm(e: &str) -> bool {
 // version), each saved field behind an opcode (2 = unsigned, 5 = string), opcode 0 (EOF).
 // ---------------------------------------------------------------------------------------
 
-/// CRC-64 as Redis computes it: Jones polynomial, reflected, init 0, no final xor.
-fn crc64(data: &[u8]) -> u64 {
-    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5; // 0xad93d23594c935a9 bit-reversed
-    let mut crc = 0u64;
-    for &byte in data {
-        crc ^= u64::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY_REFLECTED
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
 #[test]
 fn crc64_is_redis_crc64() {
+    // The check value Redis's own crc64 test uses.
     assert_eq!(crc64(b"123456789"), 0xe9c6_d914_c4b8_d9ca);
 }
 

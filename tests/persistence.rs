@@ -10,6 +10,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::lease::{crc64, lease_info};
 use common::{info_field, wait_until, Server, ServerOptions};
 use redis::{Connection, ConnectionLike, ToRedisArgs, Value};
 
@@ -111,40 +112,6 @@ fn renew(con: &mut Connection, key: &str, token: &str, ttl: u64) -> i64 {
 
 fn release(con: &mut Connection, key: &str, token: &str) -> i64 {
     int(call(con, "LEASE.RELEASE", (key, token)))
-}
-
-/// What `LEASE.INFO` says about a key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Info {
-    state: String,
-    ttl: i64,
-    fence: u64,
-    waiters: i64,
-}
-
-fn lease_info(con: &mut Connection, key: &str) -> Option<Info> {
-    let pairs: Vec<(Value, Value)> = match call(con, "LEASE.INFO", key) {
-        Value::Nil => return None,
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|pair| (pair[0].clone(), pair.get(1).cloned().unwrap_or(Value::Nil)))
-            .collect(),
-        Value::Map(pairs) => pairs,
-        other => panic!("LEASE.INFO {key} answered {other:?}"),
-    };
-    let field = |name: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| *k == Value::BulkString(name.as_bytes().to_vec()))
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("LEASE.INFO {key} has no {name}: {pairs:?}"))
-    };
-    Some(Info {
-        state: text(field("state")),
-        ttl: int(field("ttl")),
-        fence: int(field("fence")) as u64,
-        waiters: int(field("waiters")),
-    })
 }
 
 /// `LEASE.FENCE resource fence [command ...]`.
@@ -525,29 +492,6 @@ fn wait_aof_written(server: &Server) {
 // A module value is: type byte 7 (RDB_TYPE_MODULE_2), the module type id as an RDB
 // length (0x81 + 8 bytes big endian; its low 10 bits are the encoding version), then
 // each saved field behind an opcode (2 = unsigned, 5 = string), then opcode 0 (EOF).
-
-/// CRC-64 as Redis computes it: Jones polynomial, reflected, init 0, no final xor.
-fn crc64(data: &[u8]) -> u64 {
-    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5; // 0xad93d23594c935a9 bit-reversed
-    let mut crc = 0u64;
-    for &byte in data {
-        crc ^= u64::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY_REFLECTED
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
-#[test]
-fn crc64_is_redis_crc64() {
-    // The check value Redis's own crc64 test uses.
-    assert_eq!(crc64(b"123456789"), 0xe9c6_d914_c4b8_d9ca);
-}
 
 /// A DUMP payload split into its value and its RDB version.
 #[derive(Clone, Debug)]

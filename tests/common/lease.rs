@@ -1,0 +1,69 @@
+//! Helpers about the module's own replies and formats, shared by the test files.
+
+use redis::{ConnectionLike, Value};
+
+/// What `LEASE.INFO` says about a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Info {
+    pub state: String,
+    pub ttl: i64,
+    pub fence: u64,
+    pub waiters: i64,
+}
+
+/// `LEASE.INFO key`, read from a RESP2 flat array or a RESP3 map; `None` for nil.
+pub fn lease_info<C: ConnectionLike>(con: &mut C, key: &str) -> Option<Info> {
+    let reply: Value = redis::cmd("LEASE.INFO")
+        .arg(key)
+        .query(con)
+        .unwrap_or_else(|e| panic!("LEASE.INFO {key} failed: {e}"));
+    let pairs: Vec<(Value, Value)> = match reply {
+        Value::Nil => return None,
+        Value::Array(items) => items
+            .chunks(2)
+            .map(|pair| (pair[0].clone(), pair.get(1).cloned().unwrap_or(Value::Nil)))
+            .collect(),
+        Value::Map(pairs) => pairs,
+        other => panic!("LEASE.INFO {key} answered {other:?}"),
+    };
+    let field = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| *k == Value::BulkString(name.as_bytes().to_vec()))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("LEASE.INFO {key} has no {name}: {pairs:?}"))
+    };
+    let int = |name: &str| match field(name) {
+        Value::Int(n) => n,
+        other => panic!("LEASE.INFO {key} {name} is not an integer: {other:?}"),
+    };
+    let state = match field("state") {
+        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        Value::SimpleString(s) => s,
+        other => panic!("LEASE.INFO {key} state is not a string: {other:?}"),
+    };
+    Some(Info {
+        state,
+        ttl: int("ttl"),
+        fence: int("fence") as u64,
+        waiters: int("waiters"),
+    })
+}
+
+/// CRC-64 as Redis computes it for DUMP payloads: Jones polynomial, reflected, init 0,
+/// no final xor.
+pub fn crc64(data: &[u8]) -> u64 {
+    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5; // 0xad93d23594c935a9 bit-reversed
+    let mut crc = 0u64;
+    for &byte in data {
+        crc ^= u64::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY_REFLECTED
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
