@@ -16,6 +16,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::lease::crc64;
+use common::reply::{assert_ok, error_text, expect_error, int, text};
 use common::{wait_until, Flavor, Server};
 use redis::{Connection, ConnectionLike, Value};
 
@@ -92,44 +93,6 @@ macro_rules! q {
         $( c.arg($arg); )+
         send($con, &c)
     }};
-}
-
-fn error_text(v: &Value) -> Option<String> {
-    match v {
-        Value::ServerError(e) => Some(match e.details() {
-            Some(detail) => format!("{} {detail}", e.code()),
-            None => e.code().to_string(),
-        }),
-        _ => None,
-    }
-}
-
-fn expect_error(v: &Value, what: &str) -> String {
-    error_text(v).unwrap_or_else(|| panic!("{what}: expected an error reply, got {v:?}"))
-}
-
-fn int(v: Value, what: &str) -> i64 {
-    match v {
-        Value::Int(i) => i,
-        other => panic!("{what}: expected an integer, got {other:?}"),
-    }
-}
-
-fn text(v: Value, what: &str) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        Value::SimpleString(s) => s,
-        Value::Okay => "OK".to_string(),
-        Value::VerbatimString { text, .. } => text,
-        other => panic!("{what}: expected a string, got {other:?}"),
-    }
-}
-
-fn assert_ok(v: Value, what: &str) {
-    assert!(
-        matches!(&v, Value::Okay) || matches!(&v, Value::SimpleString(s) if s == "OK"),
-        "{what}: expected OK, got {v:?}"
-    );
 }
 
 /// Every string in a reply, however nested.

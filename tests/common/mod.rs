@@ -799,3 +799,4 @@ fn repl_offset(server: &Server) -> i64 {
 
 pub mod cluster;
 pub mod lease;
+pub mod reply;
