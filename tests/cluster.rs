@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::cluster::{key_slot, keys_by_slot, Cluster, ClusterOptions};
-use common::lease::{crc64, lease_info};
+use common::lease::{lease_info, lease_payload, lease_stat};
 use common::{wait_until, Flavor, Server};
 use redis::{Connection, ConnectionLike, ToRedisArgs, Value};
 
@@ -147,16 +147,6 @@ fn assert_not_holder<C: ConnectionLike>(con: &mut C, key: &str) {
     );
 }
 
-fn lease_stat(server: &Server, field: &str) -> u64 {
-    let name = format!("lease_{field}");
-    let value = server
-        .info_field("lease", &name)
-        .unwrap_or_else(|| panic!("INFO lease has no {name}"));
-    value
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}:{value} is not a number: {e}"))
-}
-
 fn repl_offset(server: &Server) -> u64 {
     let value = server
         .info_field("replication", "master_repl_offset")
@@ -173,31 +163,6 @@ fn exists(con: &mut Connection, key: &str) -> bool {
 /// `MOVED <slot> 127.0.0.1:<port>` for `key` served by `owner`.
 fn moved_to(key: &str, owner: &Server) -> String {
     format!("MOVED {} {}", key_slot(key.as_bytes()), owner.addr())
-}
-
-/// A lease DUMPed from `template`'s server, rebuilt with other values: type byte,
-/// module id (0x81 + 8 bytes), then fence, deadline, token behind their opcodes, EOF,
-/// the RDB version and a CRC-64 (Jones, reflected, as Redis computes it).
-fn lease_payload(template: &[u8], fence: u64, deadline_ms: u64, token: &[u8]) -> Vec<u8> {
-    fn len(out: &mut Vec<u8>, v: u64) {
-        out.push(0x81);
-        out.extend_from_slice(&v.to_be_bytes());
-    }
-    assert_eq!(&template[..2], &[7, 0x81], "a module value: {template:?}");
-    assert!(token.len() < 64, "one-byte length only");
-    let mut out = template[..10].to_vec();
-    out.push(2);
-    len(&mut out, fence);
-    out.push(2);
-    len(&mut out, deadline_ms);
-    out.push(5);
-    out.push(token.len() as u8);
-    out.extend_from_slice(token);
-    out.push(0);
-    out.extend_from_slice(&template[template.len() - 10..template.len() - 8]);
-    let crc = crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
 }
 
 /// RESTOREs under `key` a lease held by `token` whose fence is far above every clock

@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::lease::crc64;
+use common::lease::{crc64, rdb_len};
 use common::reply::{assert_ok, error_text, expect_error, int, text};
 use common::{wait_until, Flavor, Server};
 use redis::{Connection, ConnectionLike, Value};
@@ -278,22 +278,6 @@ fn module_id(name: &str, encver: u64) -> u64 {
         (id << 6) | index
     });
     (id << 10) | (encver & 1023)
-}
-
-/// An RDB length as `rdbSaveLen` writes it.
-fn rdb_len(out: &mut Vec<u8>, v: u64) {
-    if v < 1 << 6 {
-        out.push(v as u8);
-    } else if v < 1 << 14 {
-        out.push(0x40 | (v >> 8) as u8);
-        out.push(v as u8);
-    } else if v <= u64::from(u32::MAX) {
-        out.push(0x80);
-        out.extend_from_slice(&(v as u32).to_be_bytes());
-    } else {
-        out.push(0x81);
-        out.extend_from_slice(&v.to_be_bytes());
-    }
 }
 
 /// Builds a module value field by field.

@@ -10,7 +10,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::lease::{crc64, lease_info};
+use common::lease::{crc64, lease_info, lease_stat, rdb_len};
 use common::{info_field, wait_until, Server, ServerOptions};
 use redis::{Connection, ConnectionLike, ToRedisArgs, Value};
 
@@ -121,16 +121,6 @@ fn fence<A: ToRedisArgs>(con: &mut Connection, resource: &str, fence: u64, inner
 
 fn stale(fence: u64, highest: u64) -> String {
     format!("STALE fencing token {fence} is older than {highest}")
-}
-
-fn lease_stat(server: &Server, field: &str) -> u64 {
-    let name = format!("lease_{field}");
-    let value = server
-        .info_field("lease", &name)
-        .unwrap_or_else(|| panic!("INFO lease has no {name}"));
-    value
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}:{value} is not a number: {e}"))
 }
 
 fn exists(con: &mut Connection, key: &str) -> bool {
@@ -555,22 +545,6 @@ fn dump(con: &mut Connection, key: &str) -> Dump {
     Dump {
         body: body.to_vec(),
         version: [version[0], version[1]],
-    }
-}
-
-/// An RDB length as `rdbSaveLen` writes it.
-fn rdb_len(out: &mut Vec<u8>, v: u64) {
-    if v < 1 << 6 {
-        out.push(v as u8);
-    } else if v < 1 << 14 {
-        out.push(0x40 | (v >> 8) as u8);
-        out.push(v as u8);
-    } else if v <= u64::from(u32::MAX) {
-        out.push(0x80);
-        out.extend_from_slice(&(v as u32).to_be_bytes());
-    } else {
-        out.push(0x81);
-        out.extend_from_slice(&v.to_be_bytes());
     }
 }
 

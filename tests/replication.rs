@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::lease::{crc64, lease_info};
+use common::lease::{lease_info, lease_payload, lease_stat};
 use common::{wait_until, Server, ServerOptions};
 use redis::{Connection, ConnectionLike, ToRedisArgs, Value};
 
@@ -122,16 +122,6 @@ fn stale(fence: u64, highest: u64) -> String {
     format!("STALE fencing token {fence} is older than {highest}")
 }
 
-fn lease_stat(server: &Server, field: &str) -> u64 {
-    let name = format!("lease_{field}");
-    let value = server
-        .info_field("lease", &name)
-        .unwrap_or_else(|| panic!("INFO lease has no {name}"));
-    value
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}:{value} is not a number: {e}"))
-}
-
 fn digest(server: &Server) -> String {
     text(call(&mut server.client(), "DEBUG", "DIGEST"))
 }
@@ -186,31 +176,6 @@ fn attach(replica: &Server, master: &Server) {
     assert_eq!(int(call(&mut m, "DEL", "attach:marker")), 1);
     replica.wait_for_sync(master);
     assert!(!exists(&mut r, "attach:marker"));
-}
-
-/// A lease DUMPed from `template`'s server, rebuilt with other values: type byte,
-/// module id (0x81 + 8 bytes), then fence, deadline, token behind their opcodes, EOF,
-/// the RDB version and a CRC-64 (Jones, reflected, as Redis computes it).
-fn lease_payload(template: &[u8], fence: u64, deadline_ms: u64, token: &[u8]) -> Vec<u8> {
-    fn len(out: &mut Vec<u8>, v: u64) {
-        out.push(0x81);
-        out.extend_from_slice(&v.to_be_bytes());
-    }
-    assert_eq!(&template[..2], &[7, 0x81], "a module value: {template:?}");
-    assert!(token.len() < 64, "one-byte length only");
-    let mut out = template[..10].to_vec();
-    out.push(2);
-    len(&mut out, fence);
-    out.push(2);
-    len(&mut out, deadline_ms);
-    out.push(5);
-    out.push(token.len() as u8);
-    out.extend_from_slice(token);
-    out.push(0);
-    out.extend_from_slice(&template[template.len() - 10..template.len() - 8]);
-    let crc = crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
 }
 
 fn dump(con: &mut Connection, key: &str) -> Vec<u8> {

@@ -2,6 +2,8 @@
 
 use redis::{ConnectionLike, Value};
 
+use super::Server;
+
 /// What `LEASE.INFO` says about a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Info {
@@ -66,4 +68,55 @@ pub fn crc64(data: &[u8]) -> u64 {
         }
     }
     crc
+}
+
+pub fn lease_stat(server: &Server, field: &str) -> u64 {
+    let name = format!("lease_{field}");
+    let value = server
+        .info_field("lease", &name)
+        .unwrap_or_else(|| panic!("INFO lease has no {name}"));
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("{name}:{value} is not a number: {e}"))
+}
+
+/// An RDB length as `rdbSaveLen` writes it.
+pub fn rdb_len(out: &mut Vec<u8>, v: u64) {
+    if v < 1 << 6 {
+        out.push(v as u8);
+    } else if v < 1 << 14 {
+        out.push(0x40 | (v >> 8) as u8);
+        out.push(v as u8);
+    } else if v <= u64::from(u32::MAX) {
+        out.push(0x80);
+        out.extend_from_slice(&(v as u32).to_be_bytes());
+    } else {
+        out.push(0x81);
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+}
+
+/// A lease DUMPed from `template`'s server, rebuilt with other values: type byte,
+/// module id (0x81 + 8 bytes), then fence, deadline, token behind their opcodes, EOF,
+/// the RDB version and a CRC-64 (Jones, reflected, as Redis computes it).
+pub fn lease_payload(template: &[u8], fence: u64, deadline_ms: u64, token: &[u8]) -> Vec<u8> {
+    fn len(out: &mut Vec<u8>, v: u64) {
+        out.push(0x81);
+        out.extend_from_slice(&v.to_be_bytes());
+    }
+    assert_eq!(&template[..2], &[7, 0x81], "a module value: {template:?}");
+    assert!(token.len() < 64, "one-byte length only");
+    let mut out = template[..10].to_vec();
+    out.push(2);
+    len(&mut out, fence);
+    out.push(2);
+    len(&mut out, deadline_ms);
+    out.push(5);
+    out.push(token.len() as u8);
+    out.extend_from_slice(token);
+    out.push(0);
+    out.extend_from_slice(&template[template.len() - 10..template.len() - 8]);
+    let crc = crc64(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
 }
