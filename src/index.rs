@@ -97,19 +97,39 @@ impl std::fmt::Debug for Entry {
 
 /// Lets the set be searched with a borrowed key name, so that moving an entry
 /// (every renewal does) allocates nothing.
+///
+/// Entries order by the packed deadline and database first, and by key name
+/// only between equal words: reading a name follows a pointer to memory the
+/// search has not touched, so a search through a million entries stays on
+/// the tree's own nodes until it reaches the deadline it is after.
 trait EntryRef {
-    fn parts(&self) -> (u64, &[u8]);
+    fn packed(&self) -> u64;
+    fn key(&self) -> &[u8];
+
+    fn order(&self, other: &dyn EntryRef) -> Ordering {
+        self.packed()
+            .cmp(&other.packed())
+            .then_with(|| self.key().cmp(other.key()))
+    }
 }
 
 impl EntryRef for Entry {
-    fn parts(&self) -> (u64, &[u8]) {
-        (self.packed, self.key.bytes())
+    fn packed(&self) -> u64 {
+        self.packed
+    }
+
+    fn key(&self) -> &[u8] {
+        self.key.bytes()
     }
 }
 
 impl EntryRef for (u64, &[u8]) {
-    fn parts(&self) -> (u64, &[u8]) {
-        *self
+    fn packed(&self) -> u64 {
+        self.0
+    }
+
+    fn key(&self) -> &[u8] {
+        self.1
     }
 }
 
@@ -121,7 +141,7 @@ impl<'a> Borrow<dyn EntryRef + 'a> for Entry {
 
 impl PartialEq for dyn EntryRef + '_ {
     fn eq(&self, other: &Self) -> bool {
-        self.parts() == other.parts()
+        self.order(other).is_eq()
     }
 }
 
@@ -135,13 +155,13 @@ impl PartialOrd for dyn EntryRef + '_ {
 
 impl Ord for dyn EntryRef + '_ {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.parts().cmp(&other.parts())
+        self.order(other)
     }
 }
 
 impl PartialEq for Entry {
     fn eq(&self, other: &Self) -> bool {
-        self.parts() == other.parts()
+        self.order(other).is_eq()
     }
 }
 
@@ -155,7 +175,7 @@ impl PartialOrd for Entry {
 
 impl Ord for Entry {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.parts().cmp(&other.parts())
+        self.order(other)
     }
 }
 
