@@ -2,8 +2,11 @@
 //! notify.
 //!
 //! Every effect is replicated with absolute values (`LEASE.APPLY key fence
-//! deadline token`, `DEL key`, `LEASE.FENCE resource fence`), so replicas and
-//! AOF replay never consult their own clock or random source.
+//! deadline token`, `DEL key`, `LEASE.FENCE resource fence`), or as the call
+//! itself where that is already exact (`LEASE.FENCE` without a command, and
+//! `LEASE.RELEASE` that deleted the key, which a replica applies as the
+//! deletion), so replicas and AOF replay never consult their own clock or
+//! random source.
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -14,7 +17,7 @@ use crate::args::{self, check_token, parse_fence, parse_ttl};
 use crate::data_type::{self, lease_type, resource_type};
 use crate::error;
 use crate::inner::{self, Verdict};
-use crate::lease::{Acquire, Lease, State};
+use crate::lease::{Acquire, Lease, Resource, State};
 use crate::node::{self, STATS};
 use crate::rm::{self, api, Ctx, Key, RString, Slot};
 
@@ -93,24 +96,15 @@ fn fourth_argument(args: &[RString], redact: &mut dyn FnMut(usize)) {
     }
 }
 
-/// Indexes a new lease key. Only a primary keeps the index: it is the only
-/// node that reaps.
+/// Indexes a lease that has no entry yet (see `node::index_lease`).
 ///
-/// The index is told about keys, not about deadlines: renewals and repeated
-/// grants leave a key's entry where it is, and when the reaper reaches an
-/// entry whose lease has moved on it puts the entry at the lease's deadline.
-/// That keeps every renewal free of index work; the reaper pays once per
-/// entry instead.
-fn index_new_key(ctx: Ctx, key: RString, deadline_ms: u64) {
-    if node::is_primary() {
-        node::index().insert(deadline_ms, rm::selected_db(ctx), rm::bytes(key));
-    }
-}
-
-fn unindex(ctx: Ctx, key: RString, deadline_ms: u64) {
-    if node::is_primary() {
-        node::index().remove(deadline_ms, rm::selected_db(ctx), rm::bytes(key));
-    }
+/// The index is told where a lease's entry is, not every deadline it gets:
+/// renewals and repeated grants leave the entry where it is, and when the
+/// reaper reaches an entry whose lease has moved on it puts the entry at the
+/// lease's deadline. That keeps every renewal free of index work; the reaper
+/// pays once per entry instead.
+fn index_lease(ctx: Ctx, key: RString, lease: &mut Lease) {
+    node::index_lease(rm::selected_db(ctx), rm::bytes(key), lease);
 }
 
 /// Propagates a lease's whole state as `LEASE.APPLY`.
@@ -218,17 +212,15 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     } else {
         data_type::store_lease(&mut key, fresh)
     };
-    granted(ctx, key_name, lease, !stored);
+    granted(ctx, key_name, lease);
     drop(key);
     reply_grant(ctx, token, fence)
 }
 
 /// The effects of a grant (new or repeated) on an open lease: index (for a
-/// key that did not exist), replication, notification.
-pub fn granted(ctx: Ctx, key: RString, lease: &Lease, new_key: bool) {
-    if let (true, Some(h)) = (new_key, lease.holder()) {
-        index_new_key(ctx, key, h.deadline_ms);
-    }
+/// lease without an entry), replication, notification.
+pub fn granted(ctx: Ctx, key: RString, lease: &mut Lease) {
+    index_lease(ctx, key, lease);
     replicate_lease(ctx, key, lease);
     rm::notify(ctx, c"lease.acquire", key);
 }
@@ -295,26 +287,36 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         Ok(lease) => lease,
         Err(e) => return rm::reply_error(ctx, e),
     };
+    if from_master_or_aof(ctx) {
+        // The effect of a release that deleted the key where it was decided:
+        // applied as that, whatever this node's clock says of the deadline.
+        if lease.is_none() {
+            return rm::reply_integer(ctx, 0);
+        }
+        key.delete();
+        drop(key);
+        rm::notify(ctx, c"lease.release", *key_name);
+        return rm::reply_integer(ctx, 1);
+    }
     let now = rm::now_ms();
-    let before = lease
-        .as_ref()
-        .and_then(|l| l.holder())
-        .map(|h| h.deadline_ms);
     let Some(lease) = lease else {
         node::bump(&STATS.releases_rejected);
         return rm::reply_integer(ctx, 0);
     };
+    let mark = lease.index_mark();
     if !lease.release(token, now) {
         node::bump(&STATS.releases_rejected);
         return rm::reply_integer(ctx, 0);
     }
     node::bump(&STATS.releases);
-    if let Some(deadline) = before {
-        unindex(ctx, *key_name, deadline);
+    if let (Some(at), true) = (mark, node::is_primary()) {
+        node::index().remove(at, rm::selected_db(ctx), rm::bytes(*key_name));
     }
     if !crate::blocking::has_waiters(ctx, *key_name) {
         key.delete();
-        rm::replicate_del(ctx, *key_name);
+        // Replicas and the AOF replay the call itself as this deletion,
+        // which costs less than building a `DEL` to send instead.
+        rm::replicate_verbatim(ctx);
     } else {
         // The key stays, free, for the first waiter, who is served before
         // any other client's command runs.
@@ -389,13 +391,19 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     if let Err(e) = crate::eviction::admit(ctx) {
         return rm::reply_error(ctx, e);
     }
+    if inner_args.is_empty() {
+        return record_fence(ctx, *resource, fence);
+    }
+    if inner_args.len() > 1 + inner::MAX_ARGS {
+        return rm::reply_error(ctx, error::FENCE_TOO_MANY_ARGS);
+    }
     // Check first, with the key closed again before the inner command runs:
     // the inner command may touch any key, and no handle may outlive that.
     {
         let Some(mut key) = Key::open_write(ctx, *resource) else {
             return rm::reply_error(ctx, error::INTERNAL);
         };
-        match key.value::<crate::lease::Resource>(resource_type()) {
+        match key.value::<Resource>(resource_type()) {
             Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
             Slot::Empty => {}
             Slot::Ours(r) => {
@@ -406,47 +414,36 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
             }
         }
     }
-    let reply = if inner_args.is_empty() {
-        None
-    } else if inner_args.len() > 1 + inner::MAX_ARGS {
-        return rm::reply_error(ctx, error::FENCE_TOO_MANY_ARGS);
-    } else {
-        match inner::verdict(ctx, inner_args) {
-            Verdict::Allowed => {}
-            Verdict::Nested => return rm::reply_error(ctx, error::FENCE_NESTED),
-            Verdict::Unknown => return rm::reply_error(ctx, error::FENCE_UNKNOWN_COMMAND),
-            Verdict::Forbidden => {
-                return rm::reply_error_string(
-                    ctx,
-                    &error::fence_forbidden(rm::bytes(inner_args[0])),
-                )
-            }
+    match inner::verdict(ctx, inner_args) {
+        Verdict::Allowed => {}
+        Verdict::Nested => return rm::reply_error(ctx, error::FENCE_NESTED),
+        Verdict::Unknown => return rm::reply_error(ctx, error::FENCE_UNKNOWN_COMMAND),
+        Verdict::Forbidden => {
+            return rm::reply_error_string(ctx, &error::fence_forbidden(rm::bytes(inner_args[0])))
         }
-        if inner::touches(inner_args, rm::bytes(*resource)) {
-            return rm::reply_error(ctx, error::FENCE_TOUCHES_RESOURCE);
-        }
-        match inner::call(ctx, inner_args) {
-            Ok(reply) => Some(reply),
-            // The inner command was refused or failed: nothing is recorded,
-            // and its error is the reply.
-            Err(reply) => {
-                node::bump(&STATS.fence_rejected);
-                return match reply {
-                    Some(reply) if reply.is_acl_refusal() => {
-                        rm::reply_error(ctx, error::NOPERM_INNER)
-                    }
-                    Some(reply) => reply.send(ctx),
-                    None => rm::reply_error(ctx, error::FENCE_CALL_REFUSED),
-                };
-            }
+    }
+    if inner::touches(inner_args, rm::bytes(*resource)) {
+        return rm::reply_error(ctx, error::FENCE_TOUCHES_RESOURCE);
+    }
+    let reply = match inner::call(ctx, inner_args) {
+        Ok(reply) => reply,
+        // The inner command was refused or failed: nothing is recorded, and
+        // its error is the reply.
+        Err(reply) => {
+            node::bump(&STATS.fence_rejected);
+            return match reply {
+                Some(reply) if reply.is_acl_refusal() => rm::reply_error(ctx, error::NOPERM_INNER),
+                Some(reply) => reply.send(ctx),
+                None => rm::reply_error(ctx, error::FENCE_CALL_REFUSED),
+            };
         }
     };
     let Some(mut key) = Key::open_write(ctx, *resource) else {
         return rm::reply_error(ctx, error::INTERNAL);
     };
-    let recorded = match key.value::<crate::lease::Resource>(resource_type()) {
+    let recorded = match key.value::<Resource>(resource_type()) {
         Slot::Empty => {
-            data_type::store_resource(&mut key, crate::lease::Resource::new(fence));
+            data_type::store_resource(&mut key, Resource::new(fence));
             true
         }
         Slot::Ours(r) => r.accept(fence).is_ok(),
@@ -455,20 +452,37 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     drop(key);
     if recorded {
         node::bump(&STATS.fence_accepted);
-        if reply.is_none() {
-            // `LEASE.FENCE resource fence` is its own effect: the replica's
-            // record holds the same highest, so replaying it is exact.
-            rm::replicate_verbatim(ctx);
-        } else {
-            replicate_record(ctx, *resource, fence);
-        }
+        replicate_record(ctx, *resource, fence);
         rm::notify(ctx, c"lease.fence", *resource);
     }
-    match reply {
-        Some(reply) => reply.send(ctx),
-        None if recorded => rm::reply_integer(ctx, fence as i64),
-        None => rm::reply_error(ctx, error::INTERNAL),
+    reply.send(ctx)
+}
+
+/// `LEASE.FENCE resource fence` with no command: check and record in one
+/// key open.
+fn record_fence(ctx: Ctx, resource: RString, fence: u64) -> c_int {
+    let Some(mut key) = Key::open_write(ctx, resource) else {
+        return rm::reply_error(ctx, error::INTERNAL);
+    };
+    match key.value::<Resource>(resource_type()) {
+        Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
+        Slot::Empty => {
+            data_type::store_resource(&mut key, Resource::new(fence));
+        }
+        Slot::Ours(r) => {
+            if let Err(stale) = r.accept(fence) {
+                node::bump(&STATS.fence_rejected);
+                return rm::reply_error_string(ctx, &error::stale(fence, stale.highest));
+            }
+        }
     }
+    drop(key);
+    node::bump(&STATS.fence_accepted);
+    // The call is its own effect: the replica's record holds the same
+    // highest, so replaying it is exact.
+    rm::replicate_verbatim(ctx);
+    rm::notify(ctx, c"lease.fence", resource);
+    rm::reply_integer(ctx, fence as i64)
 }
 
 /// Propagates a resource record's highest fence as `LEASE.FENCE`.
@@ -490,10 +504,15 @@ pub extern "C" fn apply_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
     command("LEASE.APPLY", ctx, argv, argc, apply, fourth_argument)
 }
 
+/// Whether the running command is an effect decided elsewhere: sent by this
+/// node's master, or replayed from the AOF.
+fn from_master_or_aof(ctx: Ctx) -> bool {
+    let flags = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    rm::context_flags(ctx) & flags != 0
+}
+
 fn apply(ctx: Ctx, args: &[RString]) -> c_int {
-    let from_master_or_aof =
-        raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
-    if rm::context_flags(ctx) & from_master_or_aof == 0 {
+    if !from_master_or_aof(ctx) {
         return rm::reply_error(ctx, error::INTERNAL_ONLY);
     }
     let [_, key_name, fence, deadline, token] = args else {
@@ -508,11 +527,10 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     let Some(mut key) = Key::open_write(ctx, *key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
     };
-    let new_deadline = holder.as_ref().map(|h| h.deadline_ms);
-    let new_key = match key.value::<Lease>(lease_type()) {
+    let lease = match key.value::<Lease>(lease_type()) {
         Slot::Ours(lease) => {
             lease.apply(holder, fence);
-            false
+            lease
         }
         slot => {
             // The master says this key is a lease; whatever the replica had
@@ -520,14 +538,11 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
             if matches!(slot, Slot::WrongType) {
                 key.delete();
             }
-            data_type::store_lease(&mut key, Lease::from_parts(holder, fence));
-            true
+            data_type::store_lease(&mut key, Lease::from_parts(holder, fence))
         }
     };
+    index_lease(ctx, *key_name, lease);
     drop(key);
-    if let (true, Some(to)) = (new_key, new_deadline) {
-        index_new_key(ctx, *key_name, to);
-    }
     rm::reply_simple(ctx, c"OK")
 }
 

@@ -227,8 +227,7 @@ unsafe extern "C" fn lease_copy(
         match value.cast::<Lease>().as_ref() {
             Some(lease) => {
                 node::bump(&STATS.lease_keys);
-                let holder = lease.holder().cloned();
-                Box::into_raw(Box::new(Lease::from_parts(holder, lease.fence()))).cast()
+                Box::into_raw(Box::new(lease.clone())).cast()
             }
             None => std::ptr::null_mut(),
         }
@@ -262,7 +261,7 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
                 .cast::<Lease>()
                 .as_ref()
                 .filter(|l| l.live_holder(rm::now_ms()).is_some())
-                .map(|l| eviction::Saved::Lease(Lease::from_parts(l.holder().cloned(), l.fence())));
+                .map(|l| eviction::Saved::Lease(l.clone()));
             eviction::note_unlinked(db, key, copy);
         },
     )

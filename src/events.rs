@@ -205,9 +205,9 @@ fn track(ctx: Ctx, name: RString) {
     match key.value::<Lease>(lease_type()) {
         Slot::Ours(lease) => {
             node::fences().observe(lease.fence());
-            if let (true, Some(h)) = (node::is_primary(), lease.holder()) {
-                node::index().insert(h.deadline_ms, rm::selected_db(ctx), rm::bytes(name));
-            }
+            // A new name: whatever the lease's mark says is about the old one.
+            lease.set_index_mark(None);
+            node::index_lease(rm::selected_db(ctx), rm::bytes(name), lease);
         }
         Slot::WrongType => {
             if let Slot::Ours(record) = key.value::<Resource>(resource_type()) {

@@ -175,9 +175,9 @@ unsafe extern "C" fn on_key_event(
                 return;
             };
             let saved = match key.value::<Lease>(data_type::lease_type()) {
-                Slot::Ours(lease) if lease.live_holder(rm::now_ms()).is_some() => Some(
-                    Saved::Lease(Lease::from_parts(lease.holder().cloned(), lease.fence())),
-                ),
+                Slot::Ours(lease) if lease.live_holder(rm::now_ms()).is_some() => {
+                    Some(Saved::Lease(lease.clone()))
+                }
                 Slot::WrongType => match key.value::<Resource>(data_type::resource_type()) {
                     Slot::Ours(r) => Some(Saved::Resource(*r)),
                     _ => None,
@@ -296,12 +296,9 @@ unsafe extern "C" fn restore_job(ctx: Ctx, pd: *mut c_void) {
             match value {
                 Saved::Lease(lease) => {
                     let lease = data_type::store_lease(&mut key, lease);
-                    let deadline = lease.holder().map(|h| h.deadline_ms);
                     crate::commands::replicate_lease(ctx, name.as_ptr(), lease);
+                    node::index_lease(unlinked.db, &unlinked.key, lease);
                     drop(key);
-                    if let (Some(d), true) = (deadline, node::is_primary()) {
-                        node::index().insert(d, unlinked.db, &unlinked.key);
-                    }
                 }
                 Saved::Resource(record) => {
                     let highest = record.highest();

@@ -6,20 +6,35 @@
 //! pops and acts only on what the key itself says. What the index must never
 //! do is miss a live lease for good: every place a lease key appears on a
 //! master inserts it.
+//!
+//! One ordered set per database. An entry is 16 bytes: a word with the
+//! deadline and a 20-bit hash of the key name, and a thin pointer to the
+//! name. Entries order by that word and by name only when the words are
+//! equal, so a search follows no name pointer unless two keys share both a
+//! deadline and a hash: leases granted in the same millisecond (hundreds, in
+//! a busy second) stay apart without touching memory outside the tree.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::ptr::NonNull;
 
-/// Deadlines and databases share one word: deadlines stay below 2^44 ms
-/// (`lease::MAX_DEADLINE_MS` is about 2^43.2), databases below 2^20.
-const DB_BITS: u32 = 20;
-const DB_LIMIT: i32 = 1 << DB_BITS;
+/// Deadlines stay below 2^44 ms (`lease::MAX_DEADLINE_MS` is about 2^43.2);
+/// the low bits of the word hold the key's hash.
+const HASH_BITS: u32 = 20;
+const HASH_MASK: u64 = (1 << HASH_BITS) - 1;
 
-fn pack(deadline_ms: u64, db: i32) -> Option<u64> {
-    let in_range = deadline_ms < 1 << (64 - DB_BITS) && (0..DB_LIMIT).contains(&db);
-    in_range.then_some(deadline_ms << DB_BITS | db as u64)
+/// FNV-1a, folded to `HASH_BITS`: only breaks ties between keys that fall
+/// due in the same millisecond, so quality beyond spreading them is wasted.
+fn key_hash(key: &[u8]) -> u64 {
+    let h = key.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (h ^ (h >> HASH_BITS) ^ (h >> (2 * HASH_BITS))) & HASH_MASK
+}
+
+fn pack(deadline_ms: u64, key: &[u8]) -> Option<u64> {
+    (deadline_ms < 1 << (64 - HASH_BITS)).then(|| deadline_ms << HASH_BITS | key_hash(key))
 }
 
 /// A key name behind a thin pointer: a length prefix and the bytes, in one
@@ -73,11 +88,7 @@ pub struct Entry {
 
 impl Entry {
     pub fn deadline_ms(&self) -> u64 {
-        self.packed >> DB_BITS
-    }
-
-    pub fn db(&self) -> i32 {
-        (self.packed & (DB_LIMIT as u64 - 1)) as i32
+        self.packed >> HASH_BITS
     }
 
     pub fn key(&self) -> &[u8] {
@@ -89,19 +100,13 @@ impl std::fmt::Debug for Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Entry")
             .field("deadline_ms", &self.deadline_ms())
-            .field("db", &self.db())
             .field("key", &String::from_utf8_lossy(self.key()))
             .finish()
     }
 }
 
-/// Lets the set be searched with a borrowed key name, so that moving an entry
-/// (every renewal does) allocates nothing.
-///
-/// Entries order by the packed deadline and database first, and by key name
-/// only between equal words: reading a name follows a pointer to memory the
-/// search has not touched, so a search through a million entries stays on
-/// the tree's own nodes until it reaches the deadline it is after.
+/// Lets a set be searched with a borrowed key name, so that removing an
+/// entry allocates nothing.
 trait EntryRef {
     fn packed(&self) -> u64;
     fn key(&self) -> &[u8];
@@ -179,91 +184,146 @@ impl Ord for Entry {
     }
 }
 
+/// An entry taken off the index by the reaper.
+#[derive(Debug)]
+pub struct Due {
+    db: i32,
+    entry: Entry,
+}
+
+impl Due {
+    pub fn db(&self) -> i32 {
+        self.db
+    }
+
+    pub fn deadline_ms(&self) -> u64 {
+        self.entry.deadline_ms()
+    }
+
+    pub fn key(&self) -> &[u8] {
+        self.entry.key()
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct DeadlineIndex {
-    entries: BTreeSet<Entry>,
+    /// The databases that have entries, each with its own set: few in
+    /// practice, so finding the earliest deadline is a short walk.
+    dbs: Vec<(i32, BTreeSet<Entry>)>,
+    len: usize,
 }
 
 impl DeadlineIndex {
     pub const fn new() -> Self {
         Self {
-            entries: BTreeSet::new(),
+            dbs: Vec::new(),
+            len: 0,
         }
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.len
     }
 
     pub fn clear(&mut self) {
-        self.entries.clear();
+        self.dbs.clear();
+        self.len = 0;
     }
 
-    /// Indexes a key. A database past 2^20 is not indexed: its leases
-    /// still expire (every command checks the deadline), they are only
-    /// not reaped.
-    pub fn insert(&mut self, deadline_ms: u64, db: i32, key: &[u8]) {
-        let Some(packed) = pack(deadline_ms, db) else {
-            return;
+    fn set(&self, db: i32) -> Option<&BTreeSet<Entry>> {
+        self.dbs.iter().find(|(d, _)| *d == db).map(|(_, s)| s)
+    }
+
+    fn set_mut(&mut self, db: i32) -> Option<&mut BTreeSet<Entry>> {
+        self.dbs.iter_mut().find(|(d, _)| *d == db).map(|(_, s)| s)
+    }
+
+    /// Indexes a key; `false` if it was already there at that deadline (or
+    /// the deadline is past what the index can hold, which no lease has).
+    pub fn insert(&mut self, deadline_ms: u64, db: i32, key: &[u8]) -> bool {
+        let Some(packed) = pack(deadline_ms, key) else {
+            return false;
         };
-        // One search: a duplicate is dropped by the set itself.
-        self.entries.insert(Entry {
+        let entry = Entry {
             packed,
             key: ThinKey::new(key),
-        });
+        };
+        let set = match self.dbs.iter().position(|(d, _)| *d == db) {
+            Some(i) => &mut self.dbs[i].1,
+            None => {
+                self.dbs.push((db, BTreeSet::new()));
+                &mut self.dbs.last_mut().expect("just pushed").1
+            }
+        };
+        // One search: a duplicate is dropped by the set itself.
+        let inserted = set.insert(entry);
+        self.len += usize::from(inserted);
+        inserted
     }
 
-    #[cfg(test)]
     pub fn contains(&self, deadline_ms: u64, db: i32, key: &[u8]) -> bool {
-        pack(deadline_ms, db).is_some_and(|p| self.entries.contains(&(p, key) as &dyn EntryRef))
+        let (Some(packed), Some(set)) = (pack(deadline_ms, key), self.set(db)) else {
+            return false;
+        };
+        set.contains(&(packed, key) as &dyn EntryRef)
     }
 
     pub fn remove(&mut self, deadline_ms: u64, db: i32, key: &[u8]) -> bool {
-        pack(deadline_ms, db).is_some_and(|p| self.entries.remove(&(p, key) as &dyn EntryRef))
+        let (Some(packed), Some(set)) = (pack(deadline_ms, key), self.set_mut(db)) else {
+            return false;
+        };
+        let removed = set.remove(&(packed, key) as &dyn EntryRef);
+        self.len -= usize::from(removed);
+        removed
+    }
+
+    /// The database whose first entry falls due first.
+    fn earliest(&self) -> Option<(usize, u64)> {
+        self.dbs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, set))| set.first().map(|e| (i, e.deadline_ms())))
+            .min_by_key(|&(_, deadline)| deadline)
     }
 
     /// Takes the earliest entry whose deadline is at or before `now_ms`.
-    pub fn pop_due(&mut self, now_ms: u64) -> Option<Entry> {
-        if self.entries.first()?.deadline_ms() <= now_ms {
-            self.entries.pop_first()
-        } else {
-            None
+    pub fn pop_due(&mut self, now_ms: u64) -> Option<Due> {
+        let (i, deadline) = self.earliest()?;
+        if deadline > now_ms {
+            return None;
         }
+        let (db, set) = &mut self.dbs[i];
+        let db = *db;
+        let entry = set.pop_first()?;
+        if set.is_empty() {
+            self.dbs.swap_remove(i);
+        }
+        self.len -= 1;
+        Some(Due { db, entry })
     }
 
     pub fn next_deadline(&self) -> Option<u64> {
-        self.entries.first().map(Entry::deadline_ms)
+        self.earliest().map(|(_, deadline)| deadline)
     }
 
     /// `SWAPDB a b`: keys of one database now live in the other.
     pub fn swap_db(&mut self, a: i32, b: i32) {
-        let (Some(_), Some(_)) = (pack(0, a), pack(0, b)) else {
-            return;
-        };
-        let entries = std::mem::take(&mut self.entries);
-        self.entries = entries
-            .into_iter()
-            .map(|mut e| {
-                let db = e.db();
-                let to = if db == a {
-                    b
-                } else if db == b {
-                    a
-                } else {
-                    db
-                };
-                e.packed = (e.packed & !(DB_LIMIT as u64 - 1)) | to as u64;
-                e
-            })
-            .collect();
+        for (db, _) in &mut self.dbs {
+            if *db == a {
+                *db = b;
+            } else if *db == b {
+                *db = a;
+            }
+        }
     }
 
     /// Drops every entry of one database (`FLUSHDB`), or all (`db < 0`).
     pub fn flush(&mut self, db: i32) {
         if db < 0 {
-            self.entries.clear();
-        } else {
-            self.entries.retain(|e| e.db() != db);
+            self.clear();
+        } else if let Some(i) = self.dbs.iter().position(|(d, _)| *d == db) {
+            let (_, set) = self.dbs.swap_remove(i);
+            self.len -= set.len();
         }
     }
 }
@@ -278,7 +338,7 @@ mod tests {
         idx.insert(30, 0, b"c");
         idx.insert(10, 0, b"a");
         idx.insert(20, 1, b"b");
-        assert_eq!(idx.pop_due(5), None);
+        assert!(idx.pop_due(5).is_none());
         assert_eq!(
             idx.pop_due(25).map(|e| e.key().to_vec()),
             Some(b"a".to_vec())
@@ -287,7 +347,7 @@ mod tests {
             idx.pop_due(25).map(|e| (e.db(), e.key().to_vec())),
             Some((1, b"b".to_vec()))
         );
-        assert_eq!(idx.pop_due(25), None);
+        assert!(idx.pop_due(25).is_none());
         assert_eq!(idx.next_deadline(), Some(30));
         assert_eq!(idx.pop_due(30).map(|e| e.deadline_ms()), Some(30));
         assert_eq!(idx.len(), 0);
@@ -326,16 +386,54 @@ mod tests {
     }
 
     #[test]
-    fn packing_keeps_deadline_and_database_apart() {
+    fn far_deadlines_and_any_database() {
         let mut idx = DeadlineIndex::new();
         let far = crate::lease::MAX_DEADLINE_MS;
-        idx.insert(far, DB_LIMIT - 1, b"k");
+        assert!(idx.insert(far, i32::MAX, b"k"));
         let e = idx.pop_due(far).expect("due");
-        assert_eq!((e.deadline_ms(), e.db()), (far, DB_LIMIT - 1));
-        // out of range: not indexed, never wrongly packed
-        idx.insert(10, DB_LIMIT, b"k");
-        idx.insert(10, -1, b"k");
+        assert_eq!((e.deadline_ms(), e.db()), (far, i32::MAX));
+        // past what any lease can hold: refused, never wrongly packed
+        assert!(!idx.insert(1 << 44, 0, b"k"));
         assert_eq!(idx.len(), 0);
+    }
+
+    #[test]
+    fn keys_due_in_one_millisecond_stay_apart() {
+        // Enough keys that 20-bit hashes collide (birthday bound ~1,200):
+        // ties on the word fall back to the names.
+        let keys: Vec<Vec<u8>> = (0..20_000).map(|i| format!("k:{i}").into_bytes()).collect();
+        let hashes: std::collections::HashSet<u64> = keys.iter().map(|k| key_hash(k)).collect();
+        assert!(hashes.len() < keys.len(), "the test needs a collision");
+        let mut idx = DeadlineIndex::new();
+        for k in &keys {
+            assert!(idx.insert(7, 0, k));
+        }
+        assert_eq!(idx.len(), keys.len());
+        for k in keys.iter().step_by(2) {
+            assert!(idx.remove(7, 0, k));
+        }
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(idx.contains(7, 0, k), i % 2 == 1);
+        }
+        let mut popped = 0;
+        while let Some(e) = idx.pop_due(7) {
+            assert_eq!(e.deadline_ms(), 7);
+            popped += 1;
+        }
+        assert_eq!((popped, idx.len()), (keys.len() / 2, 0));
+    }
+
+    #[test]
+    fn pops_across_databases_in_deadline_order() {
+        let mut idx = DeadlineIndex::new();
+        idx.insert(30, 5, b"x");
+        idx.insert(10, 9, b"y");
+        idx.insert(20, 0, b"z");
+        let order: Vec<(u64, i32)> = std::iter::from_fn(|| idx.pop_due(100))
+            .map(|e| (e.deadline_ms(), e.db()))
+            .collect();
+        assert_eq!(order, [(10, 9), (20, 0), (30, 5)]);
+        assert_eq!(idx.next_deadline(), None);
     }
 
     #[test]
@@ -347,8 +445,10 @@ mod tests {
         idx.swap_db(0, 1);
         assert!(idx.contains(10, 1, b"a"));
         assert!(idx.contains(10, 0, b"b"));
+        assert!(idx.contains(10, 2, b"c"));
         idx.flush(2);
         assert_eq!(idx.len(), 2);
+        assert!(!idx.contains(10, 2, b"c"));
         idx.flush(-1);
         assert_eq!(idx.len(), 0);
     }

@@ -66,7 +66,8 @@ impl FenceSequence {
     }
 }
 
-/// The current holder of a lease.
+/// A holder as it arrives from outside: an `LEASE.APPLY` effect, an RDB
+/// value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holder {
     pub token: Box<[u8]>,
@@ -74,12 +75,44 @@ pub struct Holder {
     pub deadline_ms: u64,
 }
 
-/// The value of a lease key.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// The current holder of a stored lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HolderRef<'a> {
+    pub token: &'a [u8],
+    /// Absolute unix ms; the lease is live while `now_ms < deadline_ms`.
+    pub deadline_ms: u64,
+}
+
+/// Tokens up to this length are stored inside the lease value; the
+/// module's own tokens are 32 hex characters.
+const INLINE_TOKEN: usize = 32;
+const FENCE_BITS: u32 = 53;
+/// Deadlines are below `MAX_DEADLINE_MS` < 2^44.
+const DEADLINE_BITS: u32 = 44;
+const DEADLINE_MASK: u64 = (1 << DEADLINE_BITS) - 1;
+/// The index mark's distance field when no mark is kept.
+const NO_MARK: u64 = (1 << (64 - DEADLINE_BITS)) - 1;
+
+/// The token's bytes: inline up to `INLINE_TOKEN`, else a buffer of their
+/// own. The length, kept beside the fence, says which.
+union TokenBytes {
+    inline: [u8; INLINE_TOKEN],
+    heap: std::mem::ManuallyDrop<Box<[u8]>>,
+}
+
+/// The value of a lease key: the last fence issued for the key, the holder
+/// (token and deadline) if any, and where the deadline index holds the key.
+///
+/// 48 bytes in one allocation for tokens up to 32 bytes, because a million
+/// leases is a normal size: the fence (below 2^53) shares a word with the
+/// token's length, and the deadline (below 2^44) with the index mark.
 pub struct Lease {
-    holder: Option<Holder>,
-    /// Last fence issued for this key (0 before the first grant).
-    fence: u64,
+    /// Fence in the low 53 bits, token length above.
+    fence_len: u64,
+    /// Deadline in the low 44 bits (0 when free); above, how far before
+    /// the deadline the index holds this key (`NO_MARK`: not known).
+    deadline_mark: u64,
+    token: TokenBytes,
 }
 
 /// What `Lease::acquire` decided.
@@ -100,32 +133,170 @@ pub enum State {
     Free,
 }
 
+impl Default for Lease {
+    fn default() -> Self {
+        Self {
+            fence_len: 0,
+            deadline_mark: NO_MARK << DEADLINE_BITS,
+            token: TokenBytes {
+                inline: [0; INLINE_TOKEN],
+            },
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.token_len() > INLINE_TOKEN {
+            // The length says the buffer variant is the one written.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.token.heap) };
+        }
+    }
+}
+
+/// A copy is a new value: same holder and fence, not yet in the index.
+impl Clone for Lease {
+    fn clone(&self) -> Self {
+        Self::from_holder(self.holder(), self.fence())
+    }
+}
+
+impl PartialEq for Lease {
+    fn eq(&self, other: &Self) -> bool {
+        self.fence() == other.fence() && self.holder() == other.holder()
+    }
+}
+
+impl Eq for Lease {}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("fence", &self.fence())
+            .field("deadline_ms", &self.deadline_ms())
+            .field("token_len", &self.token_len())
+            .field("index_mark", &self.index_mark())
+            .finish()
+    }
+}
+
 impl Lease {
     /// A lease record as stored: holder (if any), last fence.
     pub fn from_parts(holder: Option<Holder>, fence: u64) -> Self {
-        Self { holder, fence }
+        let holder = holder.as_ref().map(|h| HolderRef {
+            token: &h.token,
+            deadline_ms: h.deadline_ms,
+        });
+        Self::from_holder(holder, fence)
+    }
+
+    fn from_holder(holder: Option<HolderRef<'_>>, fence: u64) -> Self {
+        let mut lease = Self::default();
+        lease.set_fence(fence);
+        if let Some(h) = holder {
+            lease.set_holder(h.token, h.deadline_ms);
+        }
+        lease
+    }
+
+    fn token_len(&self) -> usize {
+        (self.fence_len >> FENCE_BITS) as usize
+    }
+
+    fn token(&self) -> &[u8] {
+        let len = self.token_len();
+        // The length says which variant was written last.
+        unsafe {
+            if len > INLINE_TOKEN {
+                &self.token.heap
+            } else {
+                &self.token.inline[..len]
+            }
+        }
+    }
+
+    fn deadline_ms(&self) -> u64 {
+        self.deadline_mark & DEADLINE_MASK
+    }
+
+    fn set_fence(&mut self, fence: u64) {
+        let fence = fence.min(FENCE_LIMIT - 1);
+        self.fence_len = (self.fence_len & !(FENCE_LIMIT - 1)) | fence;
+    }
+
+    /// Moves the deadline, keeping the index mark where it was.
+    fn set_deadline(&mut self, deadline_ms: u64) {
+        let mark = self.index_mark();
+        self.deadline_mark = deadline_ms.min(DEADLINE_MASK);
+        self.set_index_mark(mark);
+    }
+
+    /// A token of at most `MAX_TOKEN_LEN` bytes (callers check) and its
+    /// deadline; an empty token or a zero deadline leaves the lease free.
+    fn set_holder(&mut self, token: &[u8], deadline_ms: u64) {
+        let (token, deadline_ms) = if token.is_empty() || deadline_ms == 0 {
+            (&[][..], 0)
+        } else {
+            (&token[..token.len().min(MAX_TOKEN_LEN)], deadline_ms)
+        };
+        if self.token_len() > INLINE_TOKEN {
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.token.heap) };
+        }
+        if token.len() > INLINE_TOKEN {
+            self.token = TokenBytes {
+                heap: std::mem::ManuallyDrop::new(token.into()),
+            };
+        } else {
+            let mut inline = [0; INLINE_TOKEN];
+            inline[..token.len()].copy_from_slice(token);
+            self.token = TokenBytes { inline };
+        }
+        self.fence_len = self.fence() | (token.len() as u64) << FENCE_BITS;
+        self.set_deadline(deadline_ms);
     }
 
     /// The holder while the lease is live at `now_ms`.
-    pub fn live_holder(&self, now_ms: u64) -> Option<&Holder> {
-        self.holder.as_ref().filter(|h| now_ms < h.deadline_ms)
+    pub fn live_holder(&self, now_ms: u64) -> Option<HolderRef<'_>> {
+        self.holder().filter(|h| now_ms < h.deadline_ms)
     }
 
     /// The stored holder, live or expired (for persistence).
-    pub fn holder(&self) -> Option<&Holder> {
-        self.holder.as_ref()
+    pub fn holder(&self) -> Option<HolderRef<'_>> {
+        let deadline_ms = self.deadline_ms();
+        (deadline_ms != 0).then(|| HolderRef {
+            token: self.token(),
+            deadline_ms,
+        })
     }
 
     pub fn fence(&self) -> u64 {
-        self.fence
+        self.fence_len & (FENCE_LIMIT - 1)
     }
 
     /// The holder as persisted and replicated: `(deadline_ms, token)`,
     /// `(0, "")` when free.
     pub fn persisted_holder(&self) -> (u64, &[u8]) {
-        self.holder
-            .as_ref()
-            .map_or((0, &[][..]), |h| (h.deadline_ms, &h.token[..]))
+        (self.deadline_ms(), self.token())
+    }
+
+    /// Where the deadline index holds this key, if known: set by whoever
+    /// inserts the entry, so a release removes it without a search for a
+    /// deadline the lease has since moved past. Kept as a distance before
+    /// the deadline; a renewal that carries the deadline more than about
+    /// 17 minutes past the entry forgets the mark (the reaper then meets the
+    /// entry when it falls due and drops it). A free lease has no mark.
+    pub fn index_mark(&self) -> Option<u64> {
+        let distance = self.deadline_mark >> DEADLINE_BITS;
+        let deadline_ms = self.deadline_ms();
+        (distance != NO_MARK && deadline_ms != 0).then(|| deadline_ms - distance)
+    }
+
+    pub fn set_index_mark(&mut self, at_ms: Option<u64>) {
+        let distance = at_ms
+            .and_then(|at| self.deadline_ms().checked_sub(at))
+            .filter(|&d| d < NO_MARK)
+            .unwrap_or(NO_MARK);
+        self.deadline_mark = self.deadline_ms() | distance << DEADLINE_BITS;
     }
 
     pub fn state(&self, now_ms: u64) -> State {
@@ -149,31 +320,30 @@ impl Lease {
         fences: &mut FenceSequence,
     ) -> Result<Acquire, FenceExhausted> {
         let deadline_ms = now_ms.saturating_add(ttl_ms);
-        if let Some(holder) = self.holder.as_mut().filter(|h| now_ms < h.deadline_ms) {
-            if !tokens_equal(&holder.token, token) {
+        if let Some(holder) = self.live_holder(now_ms) {
+            if !tokens_equal(holder.token, token) {
                 return Ok(Acquire::Busy);
             }
-            holder.deadline_ms = deadline_ms;
-            return Ok(Acquire::Retried { fence: self.fence });
+            self.set_deadline(deadline_ms);
+            return Ok(Acquire::Retried {
+                fence: self.fence(),
+            });
         }
         if queue_ahead {
             return Ok(Acquire::Busy);
         }
         let fence = fences.next(now_ms)?;
-        self.fence = fence;
-        self.holder = Some(Holder {
-            token: token.into(),
-            deadline_ms,
-        });
+        self.set_fence(fence);
+        self.set_holder(token, deadline_ms);
         Ok(Acquire::Granted { fence })
     }
 
     /// Moves the deadline of a live lease held by `token` to `now + ttl`.
     /// Never revives an expired lease.
     pub fn renew(&mut self, token: &[u8], ttl_ms: u64, now_ms: u64) -> bool {
-        match self.holder.as_mut() {
-            Some(h) if now_ms < h.deadline_ms && tokens_equal(&h.token, token) => {
-                h.deadline_ms = now_ms.saturating_add(ttl_ms);
+        match self.live_holder(now_ms) {
+            Some(h) if tokens_equal(h.token, token) => {
+                self.set_deadline(now_ms.saturating_add(ttl_ms));
                 true
             }
             _ => false,
@@ -182,9 +352,9 @@ impl Lease {
 
     /// Ends a live lease held by `token`.
     pub fn release(&mut self, token: &[u8], now_ms: u64) -> bool {
-        match &self.holder {
-            Some(h) if now_ms < h.deadline_ms && tokens_equal(&h.token, token) => {
-                self.holder = None;
+        match self.live_holder(now_ms) {
+            Some(h) if tokens_equal(h.token, token) => {
+                self.set_holder(&[], 0);
                 true
             }
             _ => false,
@@ -194,13 +364,19 @@ impl Lease {
     /// Overwrites the state with values decided elsewhere (a master's effect,
     /// an AOF entry). The fence sequence must have observed `fence` already.
     pub fn apply(&mut self, holder: Option<Holder>, fence: u64) {
-        self.holder = holder;
-        self.fence = fence;
+        self.set_fence(fence);
+        match holder {
+            Some(h) => self.set_holder(&h.token, h.deadline_ms),
+            None => self.set_holder(&[], 0),
+        }
     }
 
     /// Bytes owned by this value beyond the struct itself.
     pub fn heap_size(&self) -> usize {
-        self.holder.as_ref().map_or(0, |h| h.token.len())
+        match self.token_len() {
+            n if n > INLINE_TOKEN => n,
+            _ => 0,
+        }
     }
 }
 
@@ -552,6 +728,89 @@ mod tests {
         assert!(!tokens_equal(b"abc", b"abd"));
         assert!(!tokens_equal(b"abc", b"ab"));
         assert!(!tokens_equal(b"", b"a"));
+    }
+
+    #[test]
+    fn a_lease_with_a_module_token_is_48_bytes() {
+        assert_eq!(std::mem::size_of::<Lease>(), 48);
+    }
+
+    #[test]
+    fn tokens_of_every_length_round_trip() {
+        let mut seq = FenceSequence::new();
+        let mut lease = Lease::default();
+        // short, inline limit, just past it, longest, and back again
+        let lengths = [1, 31, 32, 33, 256, 5, 256, 32, 200];
+        for (now, len) in (T0..).zip(lengths) {
+            let token: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            let fence = granted(lease.acquire(&token, 100, now, false, &mut seq));
+            let h = lease.live_holder(now).expect("held");
+            assert_eq!((h.token, h.deadline_ms), (&token[..], now + 100));
+            assert_eq!(lease.fence(), fence);
+            assert_eq!(lease.persisted_holder(), (now + 100, &token[..]));
+            assert_eq!(lease.heap_size(), if len > 32 { len } else { 0 });
+            let copy = lease.clone();
+            assert_eq!(copy, lease);
+            assert!(lease.release(&token, now));
+            assert_eq!(lease.persisted_holder(), (0, &[][..]));
+            assert_eq!(lease.fence(), fence, "release keeps the fence");
+        }
+    }
+
+    #[test]
+    fn from_parts_and_apply_store_what_they_are_given() {
+        let long = Holder {
+            token: vec![9u8; 100].into(),
+            deadline_ms: T0,
+        };
+        let mut lease = Lease::from_parts(Some(long.clone()), FENCE_LIMIT - 1);
+        assert_eq!(lease.fence(), FENCE_LIMIT - 1);
+        assert_eq!(lease.persisted_holder(), (T0, &long.token[..]));
+        lease.apply(None, 7);
+        assert_eq!((lease.fence(), lease.holder()), (7, None));
+        lease.apply(Some(long), 8);
+        assert_eq!(lease.holder().map(|h| h.token.len()), Some(100));
+        assert_eq!(
+            lease,
+            Lease::from_parts(
+                lease.holder().map(|h| Holder {
+                    token: h.token.into(),
+                    deadline_ms: h.deadline_ms,
+                }),
+                8
+            )
+        );
+    }
+
+    #[test]
+    fn index_mark_follows_renewals_until_it_cannot() {
+        let mut seq = FenceSequence::new();
+        let mut lease = Lease::default();
+        assert_eq!(lease.index_mark(), None, "a free lease has no mark");
+        granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
+        assert_eq!(lease.index_mark(), None, "a new grant is not indexed yet");
+        lease.set_index_mark(Some(T0 + 1000));
+        assert!(lease.renew(b"a", 60_000, T0 + 500));
+        assert_eq!(
+            lease.index_mark(),
+            Some(T0 + 1000),
+            "renewal keeps the entry"
+        );
+        assert!(matches!(
+            lease.acquire(b"a", 90_000, T0 + 600, false, &mut seq),
+            Ok(Acquire::Retried { .. })
+        ));
+        assert_eq!(lease.index_mark(), Some(T0 + 1000));
+        // a mark after the deadline or too far before it is not kept
+        lease.set_index_mark(Some(T0 + 600 + 90_001));
+        assert_eq!(lease.index_mark(), None);
+        lease.set_index_mark(Some(T0 + 1000));
+        assert!(lease.renew(b"a", 3_600_000, T0 + 700));
+        assert_eq!(lease.index_mark(), None, "17+ minutes past the entry");
+        lease.set_index_mark(Some(T0 + 700 + 3_600_000));
+        assert_eq!(lease.clone().index_mark(), None, "a copy is not indexed");
+        assert!(lease.release(b"a", T0 + 800));
+        assert_eq!(lease.index_mark(), None);
     }
 
     #[test]

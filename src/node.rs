@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use crate::index::DeadlineIndex;
-use crate::lease::{FenceSequence, WaitQueues};
+use crate::lease::{FenceSequence, Lease, WaitQueues};
 
 static FENCES: Mutex<FenceSequence> = Mutex::new(FenceSequence::new());
 static INDEX: Mutex<DeadlineIndex> = Mutex::new(DeadlineIndex::new());
@@ -30,6 +30,19 @@ pub fn fences() -> MutexGuard<'static, FenceSequence> {
 /// scanning when it is promoted.
 pub fn index() -> MutexGuard<'static, DeadlineIndex> {
     lock(&INDEX)
+}
+
+/// Gives a held lease an index entry at its deadline unless it has one
+/// already, and marks the lease with where it is. Only a primary keeps the
+/// index: it is the only node that reaps.
+pub fn index_lease(db: i32, key: &[u8], lease: &mut Lease) {
+    if !is_primary() || lease.index_mark().is_some() {
+        return;
+    }
+    if let Some(deadline) = lease.holder().map(|h| h.deadline_ms) {
+        index().insert(deadline, db, key);
+        lease.set_index_mark(Some(deadline));
+    }
 }
 
 /// Clients blocked in `LEASE.ACQUIRE ... BLOCK`, per key.

@@ -12,6 +12,7 @@ use redis_module::raw;
 
 use crate::config;
 use crate::data_type::{self, lease_type};
+use crate::index::Due;
 use crate::lease::Lease;
 use crate::node::{self, STATS};
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
@@ -134,12 +135,13 @@ fn reap(ctx: Ctx, now: u64, batch: usize) -> usize {
             continue;
         }
         let name = OwnedString::new(ctx, entry.key());
-        reap_key(ctx, entry.db(), name.as_ptr(), entry.key(), now);
+        reap_key(ctx, &entry, name.as_ptr(), now);
     }
     taken
 }
 
-fn reap_key(ctx: Ctx, db: i32, name: RString, key_bytes: &[u8], now: u64) {
+fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) {
+    let (db, key_bytes) = (entry.db(), entry.key());
     let Some(mut key) = Key::open_write(ctx, name) else {
         return;
     };
@@ -148,8 +150,16 @@ fn reap_key(ctx: Ctx, db: i32, name: RString, key_bytes: &[u8], now: u64) {
         return;
     };
     if let Some(h) = lease.live_holder(now) {
-        // Renewed by a path the index did not see: track the real deadline.
-        node::index().insert(h.deadline_ms, db, key_bytes);
+        // Renewed since it was indexed, or an older entry of a key that has
+        // another: the lease needs one entry, at its deadline.
+        let deadline = h.deadline_ms;
+        let entry_elsewhere = lease.index_mark().is_some_and(|at| {
+            at != entry.deadline_ms() && node::index().contains(at, db, key_bytes)
+        });
+        if !entry_elsewhere {
+            node::index().insert(deadline, db, key_bytes);
+            lease.set_index_mark(Some(deadline));
+        }
         return;
     }
     if node::waiters().len(db, key_bytes) > 0 {
@@ -227,9 +237,11 @@ unsafe extern "C" fn index_scanned_key(
     };
     if let Slot::Ours(lease) = key.value::<Lease>(lease_type()) {
         // A free record (kept for waiters) is due at once: the reaper
-        // deletes it if its queue is gone.
+        // deletes it if its queue is gone. Marks from before the index was
+        // cleared are stale: every key gets its entry again.
         let due = lease.holder().map_or(0, |h| h.deadline_ms);
         node::index().insert(due, state.db, rm::bytes(name));
+        lease.set_index_mark(Some(due));
         node::fences().observe(lease.fence());
     }
 }

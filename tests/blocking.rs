@@ -514,6 +514,56 @@ for_each_server!(expiry_wakes_the_first_waiter_promptly, |flavor| {
     join_waiters(vec![w]);
 });
 
+for_each_server!(
+    a_lease_handed_over_on_release_still_expires_to_the_next_waiter,
+    |flavor| {
+        // A release hands the key to the first waiter; that waiter's lease must expire
+        // to the second on time, though the key was never deleted in between.
+        let server = Server::start(flavor);
+        let mut con = server.client();
+        let (tx, rx) = mpsc::channel();
+        hold(&mut con, "k", 60_000, "a");
+        let first = spawn_waiter(
+            &server,
+            0,
+            acquire_cmd("k", 200, Some("w0"), Some(5_000)),
+            None,
+            &tx,
+        );
+        wait_for_waiters(&mut con, "k", 1);
+        let second = block_waiter(&server, &mut con, "k", 1, 5_000, 2, &tx);
+        assert_eq!(release(&mut con, "k", "a"), 1);
+
+        let got0 = recv(&rx, "the first waiter after A's release");
+        assert_eq!(got0.reply.token(), "w0");
+        let got1 = recv(&rx, "the second waiter after the first one's lease expired");
+        assert_eq!(got1.reply.token(), "w1");
+        let deadline_ms = fence_ms(got0.reply.fence()) + 200;
+        let granted_ms = fence_ms(got1.reply.fence());
+        assert!(
+            granted_ms >= deadline_ms,
+            "w1 was granted at {granted_ms} ms, before w0's deadline {deadline_ms} ms"
+        );
+        assert!(
+            granted_ms - deadline_ms <= 150,
+            "w1 was granted {} ms after w0's deadline",
+            granted_ms - deadline_ms
+        );
+        assert_eq!(release(&mut con, "k", "w1"), 1);
+        assert!(
+            lease_info(&mut con, "k").is_none(),
+            "released with no waiter: deleted"
+        );
+        // The reaper's own re-check entry for the handoff goes at its next tick.
+        let give_up = Instant::now() + Duration::from_secs(5);
+        while info_counter(&server, "lease_indexed_deadlines") != 0 {
+            assert!(Instant::now() < give_up, "index entries left behind");
+            thread::sleep(Duration::from_millis(20));
+        }
+        join_waiters(vec![first, second]);
+    }
+);
+
 for_each_server!(newcomer_does_not_jump_the_queue, |flavor| {
     let server = Server::start(flavor);
     let mut con = server.client();

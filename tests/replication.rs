@@ -686,3 +686,25 @@ for_each_server!(multi_exec_and_eval_replicate, |flavor| {
     assert_eq!(renew(&mut r, "m:1", &token1, 60_000), 1);
     assert_eq!(release(&mut r, "e:2", "y"), 1);
 });
+
+for_each_server!(a_late_replica_applies_a_release_its_clock_calls_expired, |flavor| {
+    // The replica is busy past the lease's deadline when the grant and the release
+    // reach it: by its own clock the lease has expired, yet the release the master
+    // made while it was live must delete the key there too.
+    let master = Server::start(flavor);
+    let replica = Server::start(flavor);
+    attach(&replica, &master);
+    let mut m = master.client();
+    let mut r = replica.client();
+    let busy = {
+        let mut r2 = replica.client();
+        std::thread::spawn(move || call(&mut r2, "DEBUG", ("SLEEP", "0.6")))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    granted(&mut m, "late", 200, "t");
+    assert_eq!(release(&mut m, "late", "t"), 1);
+    assert_eq!(busy.join().expect("DEBUG SLEEP thread"), Value::Okay);
+    replica.wait_for_sync(&master);
+    assert!(!exists(&mut r, "late"), "the replica kept a released lease");
+    assert_same(&master, &replica, &["late"]);
+});
