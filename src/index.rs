@@ -40,41 +40,59 @@ fn pack(deadline_ms: u64, key: &[u8]) -> Option<u64> {
 /// A key name behind a thin pointer: a length prefix and the bytes, in one
 /// allocation. Half the size of `Box<[u8]>` in every index entry, which
 /// matters at a million leases.
+///
+/// The prefix is one byte for names under 255 bytes (nearly all), else a
+/// 255 marker and four bytes: a 15-byte name then fits a 16-byte
+/// allocation.
 pub struct ThinKey(NonNull<u8>);
 
 // The allocation is owned, immutable and never shared.
 unsafe impl Send for ThinKey {}
 unsafe impl Sync for ThinKey {}
 
-const LEN_BYTES: usize = std::mem::size_of::<u32>();
+const LONG_NAME: u8 = u8::MAX;
+const LONG_PREFIX: usize = 1 + std::mem::size_of::<u32>();
 
 impl ThinKey {
     fn new(key: &[u8]) -> Self {
         // Redis keys are at most 512 MB, well inside u32.
         let len = u32::try_from(key.len()).unwrap_or(u32::MAX) as usize;
-        let mut buf = Vec::with_capacity(LEN_BYTES + len);
-        buf.extend_from_slice(&(len as u32).to_le_bytes());
+        let mut buf = Vec::with_capacity(LONG_PREFIX + len);
+        match u8::try_from(len) {
+            Ok(short) if short != LONG_NAME => buf.push(short),
+            _ => {
+                buf.push(LONG_NAME);
+                buf.extend_from_slice(&(len as u32).to_le_bytes());
+            }
+        }
         buf.extend_from_slice(&key[..len]);
         let raw = Box::into_raw(buf.into_boxed_slice()).cast::<u8>();
         // ok: Box::into_raw never returns null.
         Self(NonNull::new(raw).unwrap_or(NonNull::dangling()))
     }
 
-    fn len(&self) -> usize {
-        let mut len = [0u8; LEN_BYTES];
-        // The first bytes of the allocation are the length, written by `new`.
-        unsafe { std::ptr::copy_nonoverlapping(self.0.as_ptr(), len.as_mut_ptr(), LEN_BYTES) };
-        u32::from_le_bytes(len) as usize
+    /// The prefix's size and the name's length, read from the prefix `new`
+    /// wrote at the start of the allocation.
+    fn layout(&self) -> (usize, usize) {
+        let first = unsafe { *self.0.as_ptr() };
+        if first != LONG_NAME {
+            return (1, usize::from(first));
+        }
+        let mut len = [0u8; 4];
+        unsafe { std::ptr::copy_nonoverlapping(self.0.as_ptr().add(1), len.as_mut_ptr(), 4) };
+        (LONG_PREFIX, u32::from_le_bytes(len) as usize)
     }
 
     pub fn bytes(&self) -> &[u8] {
-        unsafe { std::slice::from_raw_parts(self.0.as_ptr().add(LEN_BYTES), self.len()) }
+        let (prefix, len) = self.layout();
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().add(prefix), len) }
     }
 }
 
 impl Drop for ThinKey {
     fn drop(&mut self) {
-        let whole = std::ptr::slice_from_raw_parts_mut(self.0.as_ptr(), LEN_BYTES + self.len());
+        let (prefix, len) = self.layout();
+        let whole = std::ptr::slice_from_raw_parts_mut(self.0.as_ptr(), prefix + len);
         // Rebuilds the box `new` leaked, with its original length.
         unsafe { drop(Box::from_raw(whole)) };
     }
@@ -378,7 +396,10 @@ mod tests {
     #[test]
     fn thin_keys_hold_any_bytes() {
         let long = vec![0xffu8; 70_000];
-        for key in [&b""[..], b"k", b"a\0b\r\n", &long] {
+        let edge: Vec<Vec<u8>> = (253..=256).map(|n| vec![0xff; n]).collect();
+        let mut keys = vec![&b""[..], b"k", b"a\0b\r\n", &long];
+        keys.extend(edge.iter().map(Vec::as_slice));
+        for key in keys {
             let k = ThinKey::new(key);
             assert_eq!(k.bytes(), key);
         }

@@ -245,9 +245,17 @@ pub fn notify(ctx: Ctx, event: &CStr, key: RString) {
     };
 }
 
-/// Propagates `DEL key` to replicas and the AOF.
-pub fn replicate_del(ctx: Ctx, key: RString) {
-    unsafe { api!(RedisModule_Replicate)(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key) };
+/// Propagates `DEL key [key ...]` to replicas and the AOF.
+pub fn replicate_del(ctx: Ctx, keys: &[RString]) {
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx,
+            c"DEL".as_ptr(),
+            c"v".as_ptr(),
+            keys.as_ptr(),
+            keys.len(),
+        )
+    };
 }
 
 /// Hides argument `pos` of the current command from MONITOR, SLOWLOG and

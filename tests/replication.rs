@@ -687,24 +687,62 @@ for_each_server!(multi_exec_and_eval_replicate, |flavor| {
     assert_eq!(release(&mut r, "e:2", "y"), 1);
 });
 
-for_each_server!(a_late_replica_applies_a_release_its_clock_calls_expired, |flavor| {
-    // The replica is busy past the lease's deadline when the grant and the release
-    // reach it: by its own clock the lease has expired, yet the release the master
-    // made while it was live must delete the key there too.
-    let master = Server::start(flavor);
-    let replica = Server::start(flavor);
-    attach(&replica, &master);
-    let mut m = master.client();
-    let mut r = replica.client();
-    let busy = {
-        let mut r2 = replica.client();
-        std::thread::spawn(move || call(&mut r2, "DEBUG", ("SLEEP", "0.6")))
-    };
-    std::thread::sleep(Duration::from_millis(100));
-    granted(&mut m, "late", 200, "t");
-    assert_eq!(release(&mut m, "late", "t"), 1);
-    assert_eq!(busy.join().expect("DEBUG SLEEP thread"), Value::Okay);
-    replica.wait_for_sync(&master);
-    assert!(!exists(&mut r, "late"), "the replica kept a released lease");
-    assert_same(&master, &replica, &["late"]);
-});
+for_each_server!(
+    a_late_replica_applies_a_release_its_clock_calls_expired,
+    |flavor| {
+        // The replica is busy past the lease's deadline when the grant and the release
+        // reach it: by its own clock the lease has expired, yet the release the master
+        // made while it was live must delete the key there too.
+        let master = Server::start(flavor);
+        let replica = Server::start(flavor);
+        attach(&replica, &master);
+        let mut m = master.client();
+        let mut r = replica.client();
+        let busy = {
+            let mut r2 = replica.client();
+            std::thread::spawn(move || call(&mut r2, "DEBUG", ("SLEEP", "0.6")))
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        granted(&mut m, "late", 200, "t");
+        assert_eq!(release(&mut m, "late", "t"), 1);
+        assert_eq!(busy.join().expect("DEBUG SLEEP thread"), Value::Okay);
+        replica.wait_for_sync(&master);
+        assert!(!exists(&mut r, "late"), "the replica kept a released lease");
+        assert_same(&master, &replica, &["late"]);
+    }
+);
+
+for_each_server!(
+    leases_reaped_together_in_two_databases_go_on_the_replica_too,
+    |flavor| {
+        // The reaper replicates its deletions a batch at a time (one DEL per database
+        // per batch): every reaped key must still go on the replica, from each database.
+        let master = Server::start(flavor);
+        let replica = Server::start(flavor);
+        attach(&replica, &master);
+        let mut m0 = master.client();
+        let mut m3 = master.client();
+        assert_eq!(call(&mut m3, "SELECT", 3), Value::Okay);
+        for i in 0..150 {
+            granted(&mut m0, &format!("a:{i}"), 200, "t");
+            granted(&mut m3, &format!("b:{i}"), 200, "t");
+        }
+        assert_eq!(call(&mut m0, "SET", ("plain", "kept")), Value::Okay);
+        wait_until(
+            "the master to reap all 300 leases",
+            Duration::from_secs(10),
+            || lease_stat(&master, "expired") == 300,
+        );
+        replica.wait_for_sync(&master);
+        let mut r0 = replica.client();
+        let mut r3 = replica.client();
+        assert_eq!(call(&mut r3, "SELECT", 3), Value::Okay);
+        assert_eq!(
+            int(call(&mut r0, "DBSIZE", &[] as &[&str])),
+            1,
+            "only the plain key"
+        );
+        assert_eq!(int(call(&mut r3, "DBSIZE", &[] as &[&str])), 0);
+        assert_eq!(digest(&master), digest(&replica));
+    }
+);
