@@ -152,7 +152,7 @@ unsafe extern "C" fn lease_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_
             let (deadline, token) = lease.persisted_holder();
             api!(RedisModule_SaveUnsigned)(rdb, lease.fence());
             api!(RedisModule_SaveUnsigned)(rdb, deadline);
-            raw::save_slice(rdb, token);
+            raw::save_slice(rdb, &token);
         },
     )
 }

@@ -78,23 +78,129 @@ pub struct Holder {
 /// The current holder of a stored lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HolderRef<'a> {
-    pub token: &'a [u8],
+    pub token: Token<'a>,
     /// Absolute unix ms; the lease is live while `now_ms < deadline_ms`.
     pub deadline_ms: u64,
 }
 
-/// Tokens up to this length are stored inside the lease value; the
-/// module's own tokens are 32 hex characters.
-const INLINE_TOKEN: usize = 32;
+/// A stored token's bytes: borrowed from the lease, or rebuilt from its
+/// compact form (see `Lease`). Reads as `&[u8]`.
+#[derive(Clone, Copy)]
+pub enum Token<'a> {
+    Stored(&'a [u8]),
+    Rebuilt { bytes: [u8; UUID_LEN], len: u8 },
+}
+
+impl std::ops::Deref for Token<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Token::Stored(bytes) => bytes,
+            Token::Rebuilt { bytes, len } => &bytes[..usize::from(*len)],
+        }
+    }
+}
+
+impl PartialEq for Token<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for Token<'_> {}
+
+impl std::fmt::Debug for Token<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Token({} bytes)", self.len())
+    }
+}
+
+/// Bytes stored inside the lease value: raw tokens up to this long, and
+/// the 128 bits of a hex or UUID token.
+const INLINE_TOKEN: usize = 16;
+const HEX_LEN: usize = 32;
+const UUID_LEN: usize = 36;
+/// Where a UUID's dashes are: `8-4-4-4-12`.
+const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
+
+/// How a token is kept: as given.
+const RAW: u64 = 0;
+/// 32 lowercase hex digits (the module's own tokens, `uuid4().hex`, most
+/// random-bytes-as-hex tokens), kept as the 16 bytes they spell.
+const HEX: u64 = 1;
+/// A lowercase UUID with dashes, kept as its 16 bytes.
+const UUID: u64 = 2;
+
+fn hex_digit(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    }
+}
+
+/// The 16 bytes that exactly 32 lowercase hex digits spell.
+fn pack_hex(digits: impl Iterator<Item = u8>) -> Option<[u8; INLINE_TOKEN]> {
+    let mut out = [0u8; INLINE_TOKEN];
+    let mut n = 0;
+    for c in digits {
+        let v = hex_digit(c)?;
+        *out.get_mut(n / 2)? |= if n % 2 == 0 { v << 4 } else { v };
+        n += 1;
+    }
+    (n == HEX_LEN).then_some(out)
+}
+
+/// A token's compact form, if it has one: kind and 16 bytes.
+fn compact(token: &[u8]) -> Option<(u64, [u8; INLINE_TOKEN])> {
+    match token.len() {
+        HEX_LEN => pack_hex(token.iter().copied()).map(|b| (HEX, b)),
+        UUID_LEN if UUID_DASHES.iter().all(|&i| token[i] == b'-') => {
+            let digits = token
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !UUID_DASHES.contains(i))
+                .map(|(_, &c)| c);
+            pack_hex(digits).map(|b| (UUID, b))
+        }
+        _ => None,
+    }
+}
+
+/// The token a compact form stands for.
+fn expand(kind: u64, packed: &[u8; INLINE_TOKEN]) -> Token<'static> {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut bytes = [0u8; UUID_LEN];
+    let mut at = 0;
+    for (i, byte) in packed.iter().enumerate() {
+        // A UUID's dashes come before its 5th, 7th, 9th and 11th byte.
+        if kind == UUID && matches!(i, 4 | 6 | 8 | 10) {
+            bytes[at] = b'-';
+            at += 1;
+        }
+        bytes[at] = DIGITS[usize::from(byte >> 4)];
+        bytes[at + 1] = DIGITS[usize::from(byte & 0xf)];
+        at += 2;
+    }
+    Token::Rebuilt {
+        bytes,
+        len: at as u8,
+    }
+}
+
 const FENCE_BITS: u32 = 53;
+const LEN_BITS: u32 = 9;
+const KIND_SHIFT: u32 = FENCE_BITS + LEN_BITS;
 /// Deadlines are below `MAX_DEADLINE_MS` < 2^44.
 const DEADLINE_BITS: u32 = 44;
 const DEADLINE_MASK: u64 = (1 << DEADLINE_BITS) - 1;
 /// The index mark's distance field when no mark is kept.
 const NO_MARK: u64 = (1 << (64 - DEADLINE_BITS)) - 1;
 
-/// The token's bytes: inline up to `INLINE_TOKEN`, else a buffer of their
-/// own. The length, kept beside the fence, says which.
+/// The token's storage: inline (a raw token up to 16 bytes, or a compact
+/// one), else a buffer of its own. The kind and length, kept beside the
+/// fence, say which.
 union TokenBytes {
     inline: [u8; INLINE_TOKEN],
     heap: std::mem::ManuallyDrop<Box<[u8]>>,
@@ -103,11 +209,16 @@ union TokenBytes {
 /// The value of a lease key: the last fence issued for the key, the holder
 /// (token and deadline) if any, and where the deadline index holds the key.
 ///
-/// 48 bytes in one allocation for tokens up to 32 bytes, because a million
+/// 32 bytes in one allocation for the usual tokens, because a million
 /// leases is a normal size: the fence (below 2^53) shares a word with the
-/// token's length, and the deadline (below 2^44) with the index mark.
+/// token's length and kind, the deadline (below 2^44) with the index mark,
+/// and a token of 32 lowercase hex digits or a lowercase UUID is kept as
+/// the 16 bytes it spells (as Redis keeps a string that reads as an
+/// integer as the integer). Other tokens up to 16 bytes are inline; longer
+/// ones have a buffer of their own.
 pub struct Lease {
-    /// Fence in the low 53 bits, token length above.
+    /// Fence in the low 53 bits, then the token's length (9 bits) and how
+    /// it is kept (2 bits).
     fence_len: u64,
     /// Deadline in the low 44 bits (0 when free); above, how far before
     /// the deadline the index holds this key (`NO_MARK`: not known).
@@ -147,7 +258,7 @@ impl Default for Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.token_len() > INLINE_TOKEN {
+        if self.token_on_heap() {
             // The length says the buffer variant is the one written.
             unsafe { std::mem::ManuallyDrop::drop(&mut self.token.heap) };
         }
@@ -184,7 +295,7 @@ impl Lease {
     /// A lease record as stored: holder (if any), last fence.
     pub fn from_parts(holder: Option<Holder>, fence: u64) -> Self {
         let holder = holder.as_ref().map(|h| HolderRef {
-            token: &h.token,
+            token: Token::Stored(&h.token),
             deadline_ms: h.deadline_ms,
         });
         Self::from_holder(holder, fence)
@@ -194,23 +305,31 @@ impl Lease {
         let mut lease = Self::default();
         lease.set_fence(fence);
         if let Some(h) = holder {
-            lease.set_holder(h.token, h.deadline_ms);
+            lease.set_holder(&h.token, h.deadline_ms);
         }
         lease
     }
 
     fn token_len(&self) -> usize {
-        (self.fence_len >> FENCE_BITS) as usize
+        ((self.fence_len >> FENCE_BITS) & ((1 << LEN_BITS) - 1)) as usize
     }
 
-    fn token(&self) -> &[u8] {
-        let len = self.token_len();
-        // The length says which variant was written last.
+    fn token_kind(&self) -> u64 {
+        self.fence_len >> KIND_SHIFT
+    }
+
+    /// Whether the token lives in a buffer of its own.
+    fn token_on_heap(&self) -> bool {
+        self.token_kind() == RAW && self.token_len() > INLINE_TOKEN
+    }
+
+    fn token(&self) -> Token<'_> {
+        // The kind and length say which variant was written last.
         unsafe {
-            if len > INLINE_TOKEN {
-                &self.token.heap
-            } else {
-                &self.token.inline[..len]
+            match self.token_kind() {
+                RAW if self.token_on_heap() => Token::Stored(&self.token.heap),
+                RAW => Token::Stored(&self.token.inline[..self.token_len()]),
+                kind => expand(kind, &self.token.inline),
             }
         }
     }
@@ -239,19 +358,28 @@ impl Lease {
         } else {
             (&token[..token.len().min(MAX_TOKEN_LEN)], deadline_ms)
         };
-        if self.token_len() > INLINE_TOKEN {
+        if self.token_on_heap() {
             unsafe { std::mem::ManuallyDrop::drop(&mut self.token.heap) };
         }
-        if token.len() > INLINE_TOKEN {
-            self.token = TokenBytes {
-                heap: std::mem::ManuallyDrop::new(token.into()),
-            };
-        } else {
-            let mut inline = [0; INLINE_TOKEN];
-            inline[..token.len()].copy_from_slice(token);
-            self.token = TokenBytes { inline };
-        }
-        self.fence_len = self.fence() | (token.len() as u64) << FENCE_BITS;
+        let kind = match compact(token) {
+            Some((kind, inline)) => {
+                self.token = TokenBytes { inline };
+                kind
+            }
+            None if token.len() > INLINE_TOKEN => {
+                self.token = TokenBytes {
+                    heap: std::mem::ManuallyDrop::new(token.into()),
+                };
+                RAW
+            }
+            None => {
+                let mut inline = [0; INLINE_TOKEN];
+                inline[..token.len()].copy_from_slice(token);
+                self.token = TokenBytes { inline };
+                RAW
+            }
+        };
+        self.fence_len = self.fence() | (token.len() as u64) << FENCE_BITS | kind << KIND_SHIFT;
         self.set_deadline(deadline_ms);
     }
 
@@ -275,7 +403,7 @@ impl Lease {
 
     /// The holder as persisted and replicated: `(deadline_ms, token)`,
     /// `(0, "")` when free.
-    pub fn persisted_holder(&self) -> (u64, &[u8]) {
+    pub fn persisted_holder(&self) -> (u64, Token<'_>) {
         (self.deadline_ms(), self.token())
     }
 
@@ -321,7 +449,7 @@ impl Lease {
     ) -> Result<Acquire, FenceExhausted> {
         let deadline_ms = now_ms.saturating_add(ttl_ms);
         if let Some(holder) = self.live_holder(now_ms) {
-            if !tokens_equal(holder.token, token) {
+            if !tokens_equal(&holder.token, token) {
                 return Ok(Acquire::Busy);
             }
             self.set_deadline(deadline_ms);
@@ -342,7 +470,7 @@ impl Lease {
     /// Never revives an expired lease.
     pub fn renew(&mut self, token: &[u8], ttl_ms: u64, now_ms: u64) -> bool {
         match self.live_holder(now_ms) {
-            Some(h) if tokens_equal(h.token, token) => {
+            Some(h) if tokens_equal(&h.token, token) => {
                 self.set_deadline(now_ms.saturating_add(ttl_ms));
                 true
             }
@@ -353,7 +481,7 @@ impl Lease {
     /// Ends a live lease held by `token`.
     pub fn release(&mut self, token: &[u8], now_ms: u64) -> bool {
         match self.live_holder(now_ms) {
-            Some(h) if tokens_equal(h.token, token) => {
+            Some(h) if tokens_equal(&h.token, token) => {
                 self.set_holder(&[], 0);
                 true
             }
@@ -373,9 +501,10 @@ impl Lease {
 
     /// Bytes owned by this value beyond the struct itself.
     pub fn heap_size(&self) -> usize {
-        match self.token_len() {
-            n if n > INLINE_TOKEN => n,
-            _ => 0,
+        if self.token_on_heap() {
+            self.token_len()
+        } else {
+            0
         }
     }
 }
@@ -731,28 +860,74 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_with_a_module_token_is_48_bytes() {
-        assert_eq!(std::mem::size_of::<Lease>(), 48);
+    fn a_lease_is_32_bytes() {
+        assert_eq!(std::mem::size_of::<Lease>(), 32);
+    }
+
+    fn persisted(lease: &Lease) -> (u64, Vec<u8>) {
+        let (deadline, token) = lease.persisted_holder();
+        (deadline, token.to_vec())
+    }
+
+    /// Tokens of each storage form, and whether each needs a buffer of its own.
+    fn token_cases() -> Vec<(Vec<u8>, bool)> {
+        let hex = b"0123456789abcdef0123456789abcdef".to_vec();
+        let uuid = b"123e4567-e89b-12d3-a456-426614174000".to_vec();
+        let mut upper = hex.clone();
+        upper[0] = b'A';
+        let mut bad_dash = uuid.clone();
+        bad_dash[8] = b'x';
+        let mut dash_moved = uuid.clone();
+        dash_moved.swap(8, 9);
+        let mut cases = vec![
+            (hex, false),
+            (uuid, false),
+            (b"ffffffffffffffffffffffffffffffff".to_vec(), false),
+            (b"00000000-0000-0000-0000-000000000000".to_vec(), false),
+            (upper, true),
+            (bad_dash, true),
+            (dash_moved, true),
+            (b"0123456789abcdef0123456789abcde".to_vec(), true),
+            (b"0123456789abcdef0123456789abcdef0".to_vec(), true),
+        ];
+        for len in [1, 15, 16, 17, 31, 32, 33, 36, 255, 256] {
+            let raw: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8 | 0x80).collect();
+            cases.push((raw, len > 16));
+        }
+        cases
     }
 
     #[test]
-    fn tokens_of_every_length_round_trip() {
+    fn tokens_of_every_form_round_trip() {
         let mut seq = FenceSequence::new();
         let mut lease = Lease::default();
-        // short, inline limit, just past it, longest, and back again
-        let lengths = [1, 31, 32, 33, 256, 5, 256, 32, 200];
-        for (now, len) in (T0..).zip(lengths) {
-            let token: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        let mut cases = token_cases();
+        // and back again, so each form replaces each other
+        cases.extend(token_cases().into_iter().rev());
+        for (now, (token, on_heap)) in (T0..).zip(cases) {
             let fence = granted(lease.acquire(&token, 100, now, false, &mut seq));
             let h = lease.live_holder(now).expect("held");
-            assert_eq!((h.token, h.deadline_ms), (&token[..], now + 100));
+            assert_eq!((&h.token[..], h.deadline_ms), (&token[..], now + 100));
             assert_eq!(lease.fence(), fence);
-            assert_eq!(lease.persisted_holder(), (now + 100, &token[..]));
-            assert_eq!(lease.heap_size(), if len > 32 { len } else { 0 });
+            assert_eq!(persisted(&lease), (now + 100, token.clone()));
+            let heap = if on_heap { token.len() } else { 0 };
+            assert_eq!(
+                lease.heap_size(),
+                heap,
+                "{:?}",
+                String::from_utf8_lossy(&token)
+            );
             let copy = lease.clone();
             assert_eq!(copy, lease);
+            assert!(
+                lease.renew(&token, 100, now),
+                "the stored form compares equal"
+            );
+            let mut other = token.clone();
+            other[token.len() - 1] ^= 1;
+            assert!(!lease.renew(&other, 100, now), "one byte off");
             assert!(lease.release(&token, now));
-            assert_eq!(lease.persisted_holder(), (0, &[][..]));
+            assert_eq!(persisted(&lease), (0, Vec::new()));
             assert_eq!(lease.fence(), fence, "release keeps the fence");
         }
     }
@@ -765,7 +940,7 @@ mod tests {
         };
         let mut lease = Lease::from_parts(Some(long.clone()), FENCE_LIMIT - 1);
         assert_eq!(lease.fence(), FENCE_LIMIT - 1);
-        assert_eq!(lease.persisted_holder(), (T0, &long.token[..]));
+        assert_eq!(persisted(&lease), (T0, long.token.to_vec()));
         lease.apply(None, 7);
         assert_eq!((lease.fence(), lease.holder()), (7, None));
         lease.apply(Some(long), 8);
@@ -774,7 +949,7 @@ mod tests {
             lease,
             Lease::from_parts(
                 lease.holder().map(|h| Holder {
-                    token: h.token.into(),
+                    token: h.token.to_vec().into(),
                     deadline_ms: h.deadline_ms,
                 }),
                 8

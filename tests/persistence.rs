@@ -312,12 +312,38 @@ fn populate(con: &mut Connection) -> World {
     let d = grant(con, 0, "lease:d", 60_000, None);
     assert_eq!(d.token.len(), 32, "a generated token is 32 hex characters");
     let a1 = grant(con, 1, "lease:a", 45_000, Some("token-a-db1"));
+    // Tokens the module keeps in compact form (a UUID) or in a buffer of their
+    // own (longer than 16 bytes, not lowercase hex): each must come back as sent.
+    let u = grant(
+        con,
+        0,
+        "lease:uuid",
+        60_000,
+        Some("123e4567-e89b-12d3-a456-426614174000"),
+    );
+    let h = grant(
+        con,
+        0,
+        "lease:upper-hex",
+        60_000,
+        Some("0123456789ABCDEF0123456789abcdef"),
+    );
+    let r = grant(
+        con,
+        1,
+        "lease:long",
+        60_000,
+        Some("6b1f0d2e-93a4-4c55-b0e1-3f7d2c9a8b10:thread-17"),
+    );
     let (fa, fb) = (a.fence, b.fence);
     world.add(a);
     world.add(b);
     world.add(c);
     world.add(d);
     world.add(a1);
+    world.add(u);
+    world.add(h);
+    world.add(r);
     world.release(con, "lease:c");
 
     assert_eq!(
