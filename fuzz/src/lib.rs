@@ -252,7 +252,7 @@ fn check_lease(value: &[u8], encver: i32) {
     assert!(fence < FENCE_LIMIT);
     match lease.holder() {
         Some(h) => {
-            assert_eq!(h.token, token);
+            assert_eq!(&h.token[..], &token[..]);
             assert_eq!(h.deadline_ms, deadline);
             assert!((1..=MAX_TOKEN_LEN).contains(&h.token.len()));
             assert!((1..=MAX_DEADLINE_MS).contains(&h.deadline_ms));
@@ -270,10 +270,8 @@ fn check_lease(value: &[u8], encver: i32) {
         None => assert!(token.is_empty()),
     }
     // Saved again as the module saves it, it decodes to the same lease.
-    let (deadline, token) = lease
-        .holder()
-        .map_or((0, &[][..]), |h| (h.deadline_ms, &h.token[..]));
-    let again = rdb::encode_lease(lease.fence(), deadline, token);
+    let (deadline, token) = lease.persisted_holder();
+    let again = rdb::encode_lease(lease.fence(), deadline, &token);
     let reloaded = encoding::decode_lease(&mut rdb::Reader::new(&again), encver);
     assert_eq!(reloaded.as_ref(), Ok(&lease));
     // A restored fence raises the sequence: the next grant is above it.
