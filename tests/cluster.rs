@@ -10,6 +10,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::calls::{int, stale, text};
 use common::cluster::{key_slot, keys_by_slot, Cluster, ClusterOptions};
 use common::lease::{lease_info, lease_payload, lease_stat};
 use common::{wait_until, Flavor, Server};
@@ -62,22 +63,6 @@ fn expect_error<C: ConnectionLike, A: ToRedisArgs>(con: &mut C, name: &str, args
     }
 }
 
-fn int(reply: Value) -> i64 {
-    match reply {
-        Value::Int(n) => n,
-        other => panic!("expected an integer reply, got {other:?}"),
-    }
-}
-
-fn text(reply: Value) -> String {
-    match reply {
-        Value::SimpleString(s) => s,
-        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        Value::Okay => "OK".to_string(),
-        other => panic!("expected a string reply, got {other:?}"),
-    }
-}
-
 fn strings(reply: Value) -> Vec<String> {
     match reply {
         Value::Array(items) => items.into_iter().map(text).collect(),
@@ -114,10 +99,6 @@ fn renew<C: ConnectionLike>(con: &mut C, key: &str, token: &str, ttl: u64) -> i6
 
 fn release<C: ConnectionLike>(con: &mut C, key: &str, token: &str) -> i64 {
     int(ok(con, "LEASE.RELEASE", (key, token)))
-}
-
-fn stale(fence: u64, highest: u64) -> String {
-    format!("STALE fencing token {fence} is older than {highest}")
 }
 
 fn held_with<C: ConnectionLike>(con: &mut C, key: &str, fence: u64) {

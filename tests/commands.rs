@@ -7,6 +7,9 @@ mod common;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::errors::{
+    BLOCK_ERR, FENCE_ERR, NESTED_ERR, SYNTAX_ERR, TOKEN_ERR, TTL_ERR, UNKNOWN_INNER_ERR,
+};
 use common::reply::{assert_ok, error_text, expect_error, int, text};
 use common::{wait_until, Flavor, Server, ServerOptions};
 use redis::{Connection, ConnectionLike, Value};
@@ -17,14 +20,6 @@ const FENCE_LIMIT: i64 = 1 << 53;
 const WAIT: Duration = Duration::from_secs(10);
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-const TTL_ERR: &str = "ERR ttl must be an integer from 1 to 1099511627776 (milliseconds)";
-const TOKEN_ERR: &str = "ERR token must be 1 to 256 bytes";
-const BLOCK_ERR: &str =
-    "ERR BLOCK timeout must be an integer from 0 to 1099511627776 (milliseconds)";
-const SYNTAX_ERR: &str = "ERR syntax error: LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout]";
-const FENCE_ERR: &str = "ERR fence must be an integer from 0 to 9007199254740991";
-const NESTED_ERR: &str = "ERR LEASE.FENCE cannot run LEASE commands";
-const UNKNOWN_INNER_ERR: &str = "ERR LEASE.FENCE: unknown inner command";
 const APPLY_ERR: &str =
     "ERR LEASE.APPLY only replays effects from a master or the AOF; clients cannot call it";
 const EVICTION_ERR_PREFIX: &str = "ERR lease refused: maxmemory-policy";

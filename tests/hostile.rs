@@ -15,6 +15,9 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::errors::{
+    BLOCK_ERR, FENCE_ERR, NESTED_ERR, SYNTAX_ERR, TOKEN_ERR, TTL_ERR, UNKNOWN_INNER_ERR,
+};
 use common::lease::{crc64, rdb_len};
 use common::reply::{assert_ok, error_text, expect_error, int, text};
 use common::{wait_until, Flavor, Server};
@@ -29,14 +32,6 @@ const MAX_TTL: u64 = 1 << 40;
 const MAX_DEADLINE: u64 = FENCE_LIMIT / 1024 + MAX_TTL;
 const WAIT: Duration = Duration::from_secs(10);
 
-const TTL_ERR: &str = "ERR ttl must be an integer from 1 to 1099511627776 (milliseconds)";
-const TOKEN_ERR: &str = "ERR token must be 1 to 256 bytes";
-const BLOCK_ERR: &str =
-    "ERR BLOCK timeout must be an integer from 0 to 1099511627776 (milliseconds)";
-const SYNTAX_ERR: &str = "ERR syntax error: LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout]";
-const FENCE_ERR: &str = "ERR fence must be an integer from 0 to 9007199254740991";
-const NESTED_ERR: &str = "ERR LEASE.FENCE cannot run LEASE commands";
-const UNKNOWN_INNER_ERR: &str = "ERR LEASE.FENCE: unknown inner command";
 const RESOURCE_ERR: &str = "ERR LEASE.FENCE: the inner command may not use the resource key itself";
 const WAITERS_ERR: &str = "ERR too many clients already wait for this key (see lease.max-waiters)";
 

@@ -10,9 +10,11 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::calls::{call, fence, int, release, renew, stale, text};
 use common::lease::{crc64, lease_info, lease_stat, rdb_len};
+use common::reply::error_text;
 use common::{info_field, wait_until, Server, ServerOptions};
-use redis::{Connection, ConnectionLike, ToRedisArgs, Value};
+use redis::{Connection, Value};
 
 // ---------------------------------------------------------------------------
 // Commands
@@ -35,40 +37,6 @@ fn let_clock_advance(ms: u64) {
 
 /// No arguments.
 const NONE: &[&str] = &[];
-
-/// One command and its reply, error replies included.
-fn call<A: ToRedisArgs>(con: &mut Connection, name: &str, args: A) -> Value {
-    let mut cmd = redis::cmd(name);
-    cmd.arg(args);
-    con.req_command(&cmd)
-        .unwrap_or_else(|e| panic!("{name}: the connection failed: {e}"))
-}
-
-fn error_text(reply: &Value) -> Option<String> {
-    match reply {
-        Value::ServerError(e) => Some(match e.details() {
-            Some(detail) => format!("{} {detail}", e.code()),
-            None => e.code().to_string(),
-        }),
-        _ => None,
-    }
-}
-
-fn int(reply: Value) -> i64 {
-    match reply {
-        Value::Int(n) => n,
-        other => panic!("expected an integer reply, got {other:?}"),
-    }
-}
-
-fn text(reply: Value) -> String {
-    match reply {
-        Value::SimpleString(s) => s,
-        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        Value::Okay => "OK".to_string(),
-        other => panic!("expected a string reply, got {other:?}"),
-    }
-}
 
 fn select(con: &mut Connection, db: i64) {
     assert_eq!(call(con, "SELECT", db), Value::Okay, "SELECT {db}");
@@ -104,23 +72,6 @@ fn acquire_raw(
 
 fn acquire(con: &mut Connection, key: &str, ttl: u64, token: &str) -> Option<u64> {
     acquire_raw(con, key, ttl, Some(token)).map(|(_, fence)| fence)
-}
-
-fn renew(con: &mut Connection, key: &str, token: &str, ttl: u64) -> i64 {
-    int(call(con, "LEASE.RENEW", (key, token, ttl)))
-}
-
-fn release(con: &mut Connection, key: &str, token: &str) -> i64 {
-    int(call(con, "LEASE.RELEASE", (key, token)))
-}
-
-/// `LEASE.FENCE resource fence [command ...]`.
-fn fence<A: ToRedisArgs>(con: &mut Connection, resource: &str, fence: u64, inner: A) -> Value {
-    call(con, "LEASE.FENCE", (resource, fence, inner))
-}
-
-fn stale(fence: u64, highest: u64) -> String {
-    format!("STALE fencing token {fence} is older than {highest}")
 }
 
 fn exists(con: &mut Connection, key: &str) -> bool {

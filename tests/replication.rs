@@ -8,9 +8,11 @@ mod common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::calls::{call, fence, int, release, renew, stale, text};
 use common::lease::{lease_info, lease_payload, lease_stat};
+use common::reply::error_text;
 use common::{wait_until, Server, ServerOptions};
-use redis::{Connection, ConnectionLike, ToRedisArgs, Value};
+use redis::{Connection, ToRedisArgs, Value};
 
 // ---------------------------------------------------------------------------
 // Commands
@@ -24,43 +26,9 @@ fn now_ms() -> u64 {
     since_epoch.as_millis() as u64
 }
 
-/// One command and its reply, error replies included.
-fn call<A: ToRedisArgs>(con: &mut Connection, name: &str, args: A) -> Value {
-    let mut cmd = redis::cmd(name);
-    cmd.arg(args);
-    con.req_command(&cmd)
-        .unwrap_or_else(|e| panic!("{name}: the connection failed: {e}"))
-}
-
-fn error_text(reply: &Value) -> Option<String> {
-    match reply {
-        Value::ServerError(e) => Some(match e.details() {
-            Some(detail) => format!("{} {detail}", e.code()),
-            None => e.code().to_string(),
-        }),
-        _ => None,
-    }
-}
-
 fn expect_error<A: ToRedisArgs>(con: &mut Connection, name: &str, args: A) -> String {
     let reply = call(con, name, args);
     error_text(&reply).unwrap_or_else(|| panic!("{name} answered {reply:?}, not an error"))
-}
-
-fn int(reply: Value) -> i64 {
-    match reply {
-        Value::Int(n) => n,
-        other => panic!("expected an integer reply, got {other:?}"),
-    }
-}
-
-fn text(reply: Value) -> String {
-    match reply {
-        Value::SimpleString(s) => s,
-        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        Value::Okay => "OK".to_string(),
-        other => panic!("expected a string reply, got {other:?}"),
-    }
 }
 
 fn get(con: &mut Connection, key: &str) -> Option<String> {
@@ -103,23 +71,6 @@ fn acquire(con: &mut Connection, key: &str, ttl: u64, token: &str) -> Option<u64
 
 fn granted(con: &mut Connection, key: &str, ttl: u64, token: &str) -> u64 {
     acquire(con, key, ttl, token).unwrap_or_else(|| panic!("LEASE.ACQUIRE {key} was refused"))
-}
-
-fn renew(con: &mut Connection, key: &str, token: &str, ttl: u64) -> i64 {
-    int(call(con, "LEASE.RENEW", (key, token, ttl)))
-}
-
-fn release(con: &mut Connection, key: &str, token: &str) -> i64 {
-    int(call(con, "LEASE.RELEASE", (key, token)))
-}
-
-/// `LEASE.FENCE resource fence [command ...]`.
-fn fence<A: ToRedisArgs>(con: &mut Connection, resource: &str, fence: u64, inner: A) -> Value {
-    call(con, "LEASE.FENCE", (resource, fence, inner))
-}
-
-fn stale(fence: u64, highest: u64) -> String {
-    format!("STALE fencing token {fence} is older than {highest}")
 }
 
 fn digest(server: &Server) -> String {
@@ -199,6 +150,14 @@ fn restore_fence_ahead(con: &mut Connection, key: &str, token: &str) -> u64 {
 }
 
 // ---------------------------------------------------------------------------
+
+/// A master and a replica attached to it, streaming.
+fn master_and_replica(flavor: common::Flavor) -> (Server, Server) {
+    let master = Server::start(flavor);
+    let replica = Server::start(flavor);
+    attach(&replica, &master);
+    (master, replica)
+}
 
 for_each_server!(replica_serves_lease_info_and_refuses_writes, |flavor| {
     let master = Server::start(flavor);
@@ -352,9 +311,7 @@ for_each_server!(
 );
 
 for_each_server!(fenced_writes_replicate, |flavor| {
-    let master = Server::start(flavor);
-    let replica = Server::start(flavor);
-    attach(&replica, &master);
+    let (master, replica) = master_and_replica(flavor);
     let mut m = master.client();
     let mut r = replica.client();
     let f = granted(&mut m, "lease", 60_000, "t");
@@ -411,9 +368,7 @@ for_each_server!(fenced_writes_replicate, |flavor| {
 for_each_server!(
     promoted_replica_keeps_leases_and_fences_stay_above,
     |flavor| {
-        let master = Server::start(flavor);
-        let replica = Server::start(flavor);
-        attach(&replica, &master);
+        let (master, replica) = master_and_replica(flavor);
         let mut m = master.client();
 
         // The master's sequence jumps far above every clock floor; what it then issues the
@@ -561,9 +516,7 @@ for_each_server!(
 for_each_server!(
     replication_carries_absolute_deadlines_and_fences,
     |flavor| {
-        let master = Server::start(flavor);
-        let replica = Server::start(flavor);
-        attach(&replica, &master);
+        let (master, replica) = master_and_replica(flavor);
         let mut m = master.client();
         let mut r = replica.client();
 
@@ -617,9 +570,7 @@ for_each_server!(
 );
 
 for_each_server!(multi_exec_and_eval_replicate, |flavor| {
-    let master = Server::start(flavor);
-    let replica = Server::start(flavor);
-    attach(&replica, &master);
+    let (master, replica) = master_and_replica(flavor);
     let mut m = master.client();
 
     let replies: Vec<Value> = redis::pipe()
@@ -693,9 +644,7 @@ for_each_server!(
         // The replica is busy past the lease's deadline when the grant and the release
         // reach it: by its own clock the lease has expired, yet the release the master
         // made while it was live must delete the key there too.
-        let master = Server::start(flavor);
-        let replica = Server::start(flavor);
-        attach(&replica, &master);
+        let (master, replica) = master_and_replica(flavor);
         let mut m = master.client();
         let mut r = replica.client();
         let busy = {
@@ -717,9 +666,7 @@ for_each_server!(
     |flavor| {
         // The reaper replicates its deletions a batch at a time (one DEL per database
         // per batch): every reaped key must still go on the replica, from each database.
-        let master = Server::start(flavor);
-        let replica = Server::start(flavor);
-        attach(&replica, &master);
+        let (master, replica) = master_and_replica(flavor);
         let mut m0 = master.client();
         let mut m3 = master.client();
         assert_eq!(call(&mut m3, "SELECT", 3), Value::Okay);

@@ -797,6 +797,8 @@ fn repl_offset(server: &Server) -> i64 {
         .unwrap_or_else(|e| panic!("bad master_repl_offset {value:?}: {e}"))
 }
 
+pub mod calls;
 pub mod cluster;
+pub mod errors;
 pub mod lease;
 pub mod reply;
