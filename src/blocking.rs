@@ -173,7 +173,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
             node::waiters().remove(waiter.db, &waiter.key, waiter.id);
             node::bump(&STATS.grants);
             node::bump(&STATS.waiter_grants);
-            crate::commands::granted(ctx, key_name, lease);
+            crate::commands::granted(ctx, key_name, lease, &waiter.token);
             drop(key);
             rm::reply_array(ctx, 2);
             rm::reply_bulk(ctx, &waiter.token);

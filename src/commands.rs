@@ -110,18 +110,33 @@ fn index_lease(ctx: Ctx, key: RString, lease: &mut Lease) {
 /// Propagates a lease's whole state as `LEASE.APPLY`.
 pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
     let (deadline, token) = lease.persisted_holder();
+    replicate_holder(ctx, key, lease.fence(), deadline, &token);
+}
+
+/// `LEASE.APPLY key fence deadline token`. Callers that have the holder's
+/// token at hand (the command's own argument) pass it, rather than have a
+/// compact stored token rebuilt.
+fn replicate_holder(ctx: Ctx, key: RString, fence: u64, deadline: u64, token: &[u8]) {
     unsafe {
         api!(RedisModule_Replicate)(
             ctx,
             c"LEASE.APPLY".as_ptr(),
             c"sllb".as_ptr(),
             key,
-            lease.fence() as i64,
+            fence as i64,
             deadline as i64,
             token.as_ptr(),
             token.len(),
         )
     };
+}
+
+/// Propagates a held lease whose holder's token is `token`.
+fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: &[u8]) {
+    match lease.holder() {
+        Some(h) => replicate_holder(ctx, key, lease.fence(), h.deadline_ms, token),
+        None => replicate_lease(ctx, key, lease),
+    }
 }
 
 /// The lease in an open key: `None` for an empty key, an error for a key of
@@ -212,16 +227,16 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     } else {
         data_type::store_lease(&mut key, fresh)
     };
-    granted(ctx, key_name, lease);
+    granted(ctx, key_name, lease, token);
     drop(key);
     reply_grant(ctx, token, fence)
 }
 
-/// The effects of a grant (new or repeated) on an open lease: index (for a
-/// lease without an entry), replication, notification.
-pub fn granted(ctx: Ctx, key: RString, lease: &mut Lease) {
+/// The effects of a grant (new or repeated) to `token` on an open lease:
+/// index (for a lease without an entry), replication, notification.
+pub fn granted(ctx: Ctx, key: RString, lease: &mut Lease, token: &[u8]) {
     index_lease(ctx, key, lease);
-    replicate_lease(ctx, key, lease);
+    replicate_held(ctx, key, lease, token);
     rm::notify(ctx, c"lease.acquire", key);
 }
 
@@ -259,7 +274,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
         return rm::reply_integer(ctx, 0);
     }
     node::bump(&STATS.renewals);
-    replicate_lease(ctx, *key_name, lease);
+    replicate_held(ctx, *key_name, lease, token);
     rm::notify(ctx, c"lease.renew", *key_name);
     rm::reply_integer(ctx, 1)
 }
