@@ -266,15 +266,16 @@ impl DeadlineIndex {
             packed,
             key: ThinKey::new(key),
         };
-        let set = match self.dbs.iter().position(|(d, _)| *d == db) {
-            Some(i) => &mut self.dbs[i].1,
+        let i = match self.dbs.iter().position(|(d, _)| *d == db) {
+            Some(i) => i,
             None => {
                 self.dbs.push((db, BTreeSet::new()));
-                &mut self.dbs.last_mut().expect("just pushed").1
+                self.dbs.len() - 1
             }
         };
         // One search: a duplicate is dropped by the set itself.
-        let inserted = set.insert(entry);
+        // ok: `i` is a position found in, or just pushed onto, `dbs`.
+        let inserted = self.dbs[i].1.insert(entry);
         self.len += usize::from(inserted);
         inserted
     }
