@@ -133,8 +133,8 @@ fn replicate_holder(ctx: Ctx, key: RString, fence: u64, deadline: u64, token: &[
 
 /// Propagates a held lease whose holder's token is `token`.
 fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: &[u8]) {
-    match lease.holder() {
-        Some(h) => replicate_holder(ctx, key, lease.fence(), h.deadline_ms, token),
+    match lease.deadline() {
+        Some(deadline) => replicate_holder(ctx, key, lease.fence(), deadline, token),
         None => replicate_lease(ctx, key, lease),
     }
 }
@@ -201,7 +201,7 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         Err(_) => return rm::reply_error(ctx, error::FENCE_EXHAUSTED),
         Ok(Acquire::Busy) => {
             node::bump(&STATS.contended);
-            if queue_ahead && lease.live_holder(now).is_none() {
+            if queue_ahead && !lease.is_live(now) {
                 // Free, but owed to the queue: serve its head now rather
                 // than at the reaper's next tick.
                 crate::blocking::signal(ctx, key_name);
@@ -265,7 +265,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
         Err(e) => return rm::reply_error(ctx, e),
     };
     let now = rm::now_ms();
-    let Some(lease) = lease.filter(|l| l.live_holder(now).is_some()) else {
+    let Some(lease) = lease.filter(|l| l.is_live(now)) else {
         node::bump(&STATS.renewals_rejected);
         return rm::reply_integer(ctx, 0);
     };

@@ -260,7 +260,7 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
             let copy = value
                 .cast::<Lease>()
                 .as_ref()
-                .filter(|l| l.live_holder(rm::now_ms()).is_some())
+                .filter(|l| l.is_live(rm::now_ms()))
                 .map(|l| eviction::Saved::Lease(l.clone()));
             eviction::note_unlinked(db, key, copy);
         },

@@ -175,7 +175,7 @@ unsafe extern "C" fn on_key_event(
                 return;
             };
             let saved = match key.value::<Lease>(data_type::lease_type()) {
-                Slot::Ours(lease) if lease.live_holder(rm::now_ms()).is_some() => {
+                Slot::Ours(lease) if lease.is_live(rm::now_ms()) => {
                     Some(Saved::Lease(lease.clone()))
                 }
                 Slot::WrongType => match key.value::<Resource>(data_type::resource_type()) {

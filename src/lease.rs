@@ -383,9 +383,35 @@ impl Lease {
         self.set_deadline(deadline_ms);
     }
 
-    /// The holder while the lease is live at `now_ms`.
-    pub fn live_holder(&self, now_ms: u64) -> Option<HolderRef<'_>> {
-        self.holder().filter(|h| now_ms < h.deadline_ms)
+    /// The holder's deadline, live or expired; `None` when free. Reads no
+    /// token, so the hot paths that only need the deadline never rebuild one.
+    pub fn deadline(&self) -> Option<u64> {
+        Some(self.deadline_ms()).filter(|&d| d != 0)
+    }
+
+    /// Whether a holder is live at `now_ms`.
+    pub fn is_live(&self, now_ms: u64) -> bool {
+        now_ms < self.deadline_ms()
+    }
+
+    /// Whether the live holder is `token`, at `now_ms`. A compact stored
+    /// token is compared in its compact form, without rebuilding it.
+    fn held_by(&self, token: &[u8], now_ms: u64) -> bool {
+        if !self.is_live(now_ms) || token.len() != self.token_len() {
+            return false;
+        }
+        match self.token_kind() {
+            RAW => tokens_equal(&self.token(), token),
+            kind => match compact(token) {
+                // Both kinds are lowercase-only, so equal bytes and kind mean
+                // an equal token.
+                // ok: a compact kind says the inline variant was written.
+                Some((k, bytes)) if k == kind => {
+                    tokens_equal(&bytes, unsafe { &self.token.inline })
+                }
+                _ => false,
+            },
+        }
     }
 
     /// The stored holder, live or expired (for persistence).
@@ -428,11 +454,11 @@ impl Lease {
     }
 
     pub fn state(&self, now_ms: u64) -> State {
-        match self.live_holder(now_ms) {
-            Some(h) => State::Held {
-                ttl_ms: h.deadline_ms - now_ms,
+        match self.deadline() {
+            Some(deadline) if now_ms < deadline => State::Held {
+                ttl_ms: deadline - now_ms,
             },
-            None => State::Free,
+            _ => State::Free,
         }
     }
 
@@ -448,8 +474,8 @@ impl Lease {
         fences: &mut FenceSequence,
     ) -> Result<Acquire, FenceExhausted> {
         let deadline_ms = now_ms.saturating_add(ttl_ms);
-        if let Some(holder) = self.live_holder(now_ms) {
-            if !tokens_equal(&holder.token, token) {
+        if self.is_live(now_ms) {
+            if !self.held_by(token, now_ms) {
                 return Ok(Acquire::Busy);
             }
             self.set_deadline(deadline_ms);
@@ -469,24 +495,20 @@ impl Lease {
     /// Moves the deadline of a live lease held by `token` to `now + ttl`.
     /// Never revives an expired lease.
     pub fn renew(&mut self, token: &[u8], ttl_ms: u64, now_ms: u64) -> bool {
-        match self.live_holder(now_ms) {
-            Some(h) if tokens_equal(&h.token, token) => {
-                self.set_deadline(now_ms.saturating_add(ttl_ms));
-                true
-            }
-            _ => false,
+        let held = self.held_by(token, now_ms);
+        if held {
+            self.set_deadline(now_ms.saturating_add(ttl_ms));
         }
+        held
     }
 
     /// Ends a live lease held by `token`.
     pub fn release(&mut self, token: &[u8], now_ms: u64) -> bool {
-        match self.live_holder(now_ms) {
-            Some(h) if tokens_equal(&h.token, token) => {
-                self.set_holder(&[], 0);
-                true
-            }
-            _ => false,
+        let held = self.held_by(token, now_ms);
+        if held {
+            self.set_holder(&[], 0);
         }
+        held
     }
 
     /// Overwrites the state with values decided elsewhere (a master's effect,
@@ -657,10 +679,8 @@ mod tests {
         assert_eq!(fence, T0 * FENCES_PER_MS);
         assert_eq!(lease.fence(), fence);
         assert_eq!(lease.state(T0), State::Held { ttl_ms: 1000 });
-        assert_eq!(
-            lease.live_holder(T0).map(|h| h.deadline_ms),
-            Some(T0 + 1000)
-        );
+        assert!(lease.is_live(T0));
+        assert_eq!(lease.deadline(), Some(T0 + 1000));
     }
 
     #[test]
@@ -906,7 +926,8 @@ mod tests {
         cases.extend(token_cases().into_iter().rev());
         for (now, (token, on_heap)) in (T0..).zip(cases) {
             let fence = granted(lease.acquire(&token, 100, now, false, &mut seq));
-            let h = lease.live_holder(now).expect("held");
+            assert!(lease.is_live(now));
+            let h = lease.holder().expect("held");
             assert_eq!((&h.token[..], h.deadline_ms), (&token[..], now + 100));
             assert_eq!(lease.fence(), fence);
             assert_eq!(persisted(&lease), (now + 100, token.clone()));

@@ -39,7 +39,7 @@ pub fn index_lease(db: i32, key: &[u8], lease: &mut Lease) {
     if !is_primary() || lease.index_mark().is_some() {
         return;
     }
-    if let Some(deadline) = lease.holder().map(|h| h.deadline_ms) {
+    if let Some(deadline) = lease.deadline() {
         index().insert(deadline, db, key);
         lease.set_index_mark(Some(deadline));
     }

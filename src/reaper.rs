@@ -174,16 +174,15 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
         // Deleted, renamed or replaced since it was indexed.
         return false;
     };
-    if let Some(h) = lease.live_holder(now) {
+    if lease.is_live(now) {
         // Renewed since it was indexed, or an older entry of a key that has
         // another: the lease needs one entry, at its deadline.
-        let deadline = h.deadline_ms;
         let entry_elsewhere = lease.index_mark().is_some_and(|at| {
             at != entry.deadline_ms() && node::index().contains(at, db, key_bytes)
         });
         if !entry_elsewhere {
-            node::index().insert(deadline, db, key_bytes);
-            lease.set_index_mark(Some(deadline));
+            lease.set_index_mark(None);
+            node::index_lease(db, key_bytes, lease);
         }
         return false;
     }
@@ -196,7 +195,7 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
         node::index().insert(recheck, db, key_bytes);
         return false;
     }
-    let expired = lease.holder().is_some();
+    let expired = lease.deadline().is_some();
     key.delete();
     drop(key);
     if expired {
@@ -264,7 +263,7 @@ unsafe extern "C" fn index_scanned_key(
         // A free record (kept for waiters) is due at once: the reaper
         // deletes it if its queue is gone. Marks from before the index was
         // cleared are stale: every key gets its entry again.
-        let due = lease.holder().map_or(0, |h| h.deadline_ms);
+        let due = lease.deadline().unwrap_or(0);
         node::index().insert(due, state.db, rm::bytes(name));
         lease.set_index_mark(Some(due));
         node::fences().observe(lease.fence());

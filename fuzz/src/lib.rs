@@ -171,7 +171,8 @@ fn check_grant(ttl_ms: u64, token: &[u8]) {
         panic!("a free lease was not granted: {granted:?}");
     };
     assert!(fence < FENCE_LIMIT);
-    let holder = lease.live_holder(now).expect("held");
+    assert!(lease.is_live(now));
+    let holder = lease.holder().expect("held");
     assert_eq!(&holder.token[..], token);
     assert!(holder.deadline_ms <= MAX_DEADLINE_MS);
     assert_eq!(lease.state(now), State::Held { ttl_ms });
