@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::errors::{
     BLOCK_ERR, FENCE_ERR, NESTED_ERR, SYNTAX_ERR, TOKEN_ERR, TTL_ERR, UNKNOWN_INNER_ERR,
 };
-use common::lease::{crc64, rdb_len};
+use common::lease::{crc64, rdb_len, seal};
 use common::reply::{assert_ok, error_text, expect_error, int, text};
 use common::{wait_until, Flavor, Server};
 use redis::{Connection, ConnectionLike, Value};
@@ -330,15 +330,6 @@ impl Body {
     fn cut(&self, len: usize) -> Body {
         Body(self.0[..len].to_vec())
     }
-}
-
-/// `body` + version + a valid CRC64 of both.
-fn seal(body: &[u8], version: [u8; 2]) -> Vec<u8> {
-    let mut out = body.to_vec();
-    out.extend_from_slice(&version);
-    let crc = crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
 }
 
 /// DUMP of `key`, checked, split into value and RDB version.

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::calls::{call, fence, int, release, renew, stale, text};
-use common::lease::{crc64, lease_info, lease_stat, rdb_len};
+use common::lease::{crc64, lease_info, lease_stat, rdb_len, seal};
 use common::reply::error_text;
 use common::{info_field, wait_until, Server, ServerOptions};
 use redis::{Connection, Value};
@@ -493,15 +493,6 @@ impl Dump {
             version: self.version,
         }
     }
-}
-
-/// `body` + version + a valid CRC64 of both.
-fn seal(body: &[u8], version: [u8; 2]) -> Vec<u8> {
-    let mut out = body.to_vec();
-    out.extend_from_slice(&version);
-    let crc = crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
 }
 
 fn dump(con: &mut Connection, key: &str) -> Dump {

@@ -115,7 +115,14 @@ pub fn lease_payload(template: &[u8], fence: u64, deadline_ms: u64, token: &[u8]
     out.push(token.len() as u8);
     out.extend_from_slice(token);
     out.push(0);
-    out.extend_from_slice(&template[template.len() - 10..template.len() - 8]);
+    let version = [template[template.len() - 10], template[template.len() - 9]];
+    seal(&out, version)
+}
+
+/// A DUMP payload: `body` + the RDB version + a valid CRC-64 of both.
+pub fn seal(body: &[u8], version: [u8; 2]) -> Vec<u8> {
+    let mut out = body.to_vec();
+    out.extend_from_slice(&version);
     let crc = crc64(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
