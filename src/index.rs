@@ -311,6 +311,7 @@ impl DeadlineIndex {
         if deadline > now_ms {
             return None;
         }
+        // ok: `earliest` returns a position in `dbs`.
         let (db, set) = &mut self.dbs[i];
         let db = *db;
         let entry = set.pop_first()?;

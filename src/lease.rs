@@ -97,6 +97,7 @@ impl std::ops::Deref for Token<'_> {
     fn deref(&self) -> &[u8] {
         match self {
             Token::Stored(bytes) => bytes,
+            // ok: `expand` writes at most UUID_LEN bytes and says how many.
             Token::Rebuilt { bytes, len } => &bytes[..usize::from(*len)],
         }
     }
@@ -156,6 +157,7 @@ fn pack_hex(digits: impl Iterator<Item = u8>) -> Option<[u8; INLINE_TOKEN]> {
 fn compact(token: &[u8]) -> Option<(u64, [u8; INLINE_TOKEN])> {
     match token.len() {
         HEX_LEN => pack_hex(token.iter().copied()).map(|b| (HEX, b)),
+        // ok: every dash position is below UUID_LEN, the length matched here.
         UUID_LEN if UUID_DASHES.iter().all(|&i| token[i] == b'-') => {
             let digits = token
                 .iter()
@@ -173,6 +175,8 @@ fn expand(kind: u64, packed: &[u8; INLINE_TOKEN]) -> Token<'static> {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut bytes = [0u8; UUID_LEN];
     let mut at = 0;
+    // ok: 16 bytes make 32 digits, plus 4 dashes for a UUID: at most
+    // UUID_LEN positions; a nibble indexes 16 digits.
     for (i, byte) in packed.iter().enumerate() {
         // A UUID's dashes come before its 5th, 7th, 9th and 11th byte.
         if kind == UUID && matches!(i, 4 | 6 | 8 | 10) {
@@ -328,6 +332,7 @@ impl Lease {
         unsafe {
             match self.token_kind() {
                 RAW if self.token_on_heap() => Token::Stored(&self.token.heap),
+                // ok: a raw token not on the heap is at most INLINE_TOKEN long.
                 RAW => Token::Stored(&self.token.inline[..self.token_len()]),
                 kind => expand(kind, &self.token.inline),
             }
@@ -374,6 +379,7 @@ impl Lease {
             }
             None => {
                 let mut inline = [0; INLINE_TOKEN];
+                // ok: this branch has token.len() <= INLINE_TOKEN.
                 inline[..token.len()].copy_from_slice(token);
                 self.token = TokenBytes { inline };
                 RAW
