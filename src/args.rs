@@ -43,6 +43,9 @@ pub fn check_token(b: &[u8]) -> Result<&[u8], &'static CStr> {
 pub struct Acquire<'a> {
     pub ttl_ms: u64,
     pub token: Option<&'a [u8]>,
+    /// Where the token is among the options, so the caller can pass the
+    /// argument itself on rather than copy its bytes.
+    pub token_at: Option<usize>,
     pub block_ms: Option<u64>,
 }
 
@@ -55,14 +58,17 @@ pub fn parse_acquire<'a, T>(
     let mut parsed = Acquire {
         ttl_ms: parse_ttl(ttl)?,
         token: None,
+        token_at: None,
         block_ms: None,
     };
     let mut rest = options;
     while let [option, value, tail @ ..] = rest {
+        let value_at = options.len() - tail.len() - 1;
         let option = bytes(option);
         let value = bytes(value);
         if option.eq_ignore_ascii_case(b"TOKEN") && parsed.token.is_none() {
             parsed.token = Some(check_token(value)?);
+            parsed.token_at = Some(value_at);
         } else if option.eq_ignore_ascii_case(b"BLOCK") && parsed.block_ms.is_none() {
             let timeout = parse_u64(value).filter(|v| *v <= MAX_TTL_MS);
             parsed.block_ms = Some(timeout.ok_or(error::BLOCK_TIMEOUT)?);
@@ -147,18 +153,22 @@ mod tests {
 
     #[test]
     fn acquire_options_table() {
-        let ok = |ttl: u64, token: Option<&'static [u8]>, block: Option<u64>| {
+        let ok = |ttl: u64, token: Option<(usize, &'static [u8])>, block: Option<u64>| {
             Ok(Acquire {
                 ttl_ms: ttl,
-                token,
+                token: token.map(|(_, t)| t),
+                token_at: token.map(|(at, _)| at),
                 block_ms: block,
             })
         };
         assert_eq!(acquire("100", &[]), ok(100, None, None));
-        assert_eq!(acquire("100", &["token", "t"]), ok(100, Some(b"t"), None));
+        assert_eq!(
+            acquire("100", &["token", "t"]),
+            ok(100, Some((1, b"t")), None)
+        );
         assert_eq!(
             acquire("100", &["BLOCK", "0", "TOKEN", "t"]),
-            ok(100, Some(b"t"), Some(0))
+            ok(100, Some((3, b"t")), Some(0))
         );
         let syntax = Err(error::ACQUIRE_SYNTAX);
         assert_eq!(acquire("100", &["TOKEN"]), syntax);

@@ -12,6 +12,7 @@ use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
 
+use crate::commands::Wire;
 use crate::data_type::{self, lease_type};
 use crate::error;
 use crate::lease::{Acquire, Lease};
@@ -173,7 +174,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
             node::waiters().remove(waiter.db, &waiter.key, waiter.id);
             node::bump(&STATS.grants);
             node::bump(&STATS.waiter_grants);
-            crate::commands::granted(ctx, key_name, lease, &waiter.token);
+            crate::commands::granted(ctx, key_name, lease, Wire::Bytes(&waiter.token));
             drop(key);
             rm::reply_array(ctx, 2);
             rm::reply_bulk(ctx, &waiter.token);

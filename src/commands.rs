@@ -107,32 +107,73 @@ fn index_lease(ctx: Ctx, key: RString, lease: &mut Lease) {
     node::index_lease(rm::selected_db(ctx), rm::bytes(key), lease);
 }
 
+/// A holder's token as `LEASE.APPLY` carries it: the client's own argument
+/// where the token came from one (passed on as is, no copy), else its bytes.
+#[derive(Clone, Copy)]
+pub enum Wire<'a> {
+    Arg(RString),
+    Bytes(&'a [u8]),
+}
+
 /// Propagates a lease's whole state as `LEASE.APPLY`.
 pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
     let (deadline, token) = lease.persisted_holder();
-    replicate_holder(ctx, key, lease.fence(), deadline, &token);
+    replicate_holder(ctx, key, lease.fence(), deadline, Wire::Bytes(&token));
 }
 
 /// `LEASE.APPLY key fence deadline token`. Callers that have the holder's
-/// token at hand (the command's own argument) pass it, rather than have a
-/// compact stored token rebuilt.
-fn replicate_holder(ctx: Ctx, key: RString, fence: u64, deadline: u64, token: &[u8]) {
+/// token at hand pass it, rather than have a compact stored token rebuilt.
+///
+/// The numbers go as text made here: the server turns a `l` argument into
+/// two allocations, a `b` argument into one.
+fn replicate_holder(ctx: Ctx, key: RString, fence: u64, deadline: u64, token: Wire) {
+    let (mut fence_buf, mut deadline_buf) = ([0u8; 20], [0u8; 20]);
+    let fence = decimal(fence, &mut fence_buf);
+    let deadline = decimal(deadline, &mut deadline_buf);
+    let apply = c"LEASE.APPLY".as_ptr();
+    let (f, fl, d, dl) = (
+        fence.as_ptr(),
+        fence.len(),
+        deadline.as_ptr(),
+        deadline.len(),
+    );
     unsafe {
-        api!(RedisModule_Replicate)(
-            ctx,
-            c"LEASE.APPLY".as_ptr(),
-            c"sllb".as_ptr(),
-            key,
-            fence as i64,
-            deadline as i64,
-            token.as_ptr(),
-            token.len(),
-        )
+        match token {
+            Wire::Arg(t) => {
+                api!(RedisModule_Replicate)(ctx, apply, c"sbbs".as_ptr(), key, f, fl, d, dl, t)
+            }
+            Wire::Bytes(t) => api!(RedisModule_Replicate)(
+                ctx,
+                apply,
+                c"sbbb".as_ptr(),
+                key,
+                f,
+                fl,
+                d,
+                dl,
+                t.as_ptr(),
+                t.len(),
+            ),
+        }
     };
 }
 
+/// `v` in decimal, written at the end of `buf` (20 digits hold any u64).
+fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        // ok: at most 20 digits, one per turn, and the last turn returns.
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
 /// Propagates a held lease whose holder's token is `token`.
-fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: &[u8]) {
+fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: Wire) {
     match lease.deadline() {
         Some(deadline) => replicate_holder(ctx, key, lease.fence(), deadline, token),
         None => replicate_lease(ctx, key, lease),
@@ -177,11 +218,15 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         return rm::reply_error(ctx, e);
     }
     let generated;
-    let token = match parsed.token {
-        Some(t) => t,
-        None => {
+    // The options start after `LEASE.ACQUIRE key ttl`.
+    let (token, wire) = match (
+        parsed.token,
+        parsed.token_at.and_then(|at| args.get(3 + at)),
+    ) {
+        (Some(t), Some(&arg)) => (t, Wire::Arg(arg)),
+        _ => {
             generated = generate_token();
-            &generated[..]
+            (&generated[..], Wire::Bytes(&generated))
         }
     };
     let Some(mut key) = Key::open_write(ctx, key_name) else {
@@ -227,14 +272,14 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     } else {
         data_type::store_lease(&mut key, fresh)
     };
-    granted(ctx, key_name, lease, token);
+    granted(ctx, key_name, lease, wire);
     drop(key);
     reply_grant(ctx, token, fence)
 }
 
 /// The effects of a grant (new or repeated) to `token` on an open lease:
 /// index (for a lease without an entry), replication, notification.
-pub fn granted(ctx: Ctx, key: RString, lease: &mut Lease, token: &[u8]) {
+pub fn granted(ctx: Ctx, key: RString, lease: &mut Lease, token: Wire) {
     index_lease(ctx, key, lease);
     replicate_held(ctx, key, lease, token);
     rm::notify(ctx, c"lease.acquire", key);
@@ -246,13 +291,14 @@ pub extern "C" fn renew_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
 }
 
 fn renew(ctx: Ctx, args: &[RString]) -> c_int {
-    let [_, key_name, token, ttl] = args else {
+    let [_, key_name, token_arg, ttl] = args else {
         return rm::reply_error(
             ctx,
             c"ERR wrong number of arguments for 'lease.renew' command",
         );
     };
-    let parsed = check_token(rm::bytes(*token)).and_then(|t| Ok((t, parse_ttl(rm::bytes(*ttl))?)));
+    let parsed =
+        check_token(rm::bytes(*token_arg)).and_then(|t| Ok((t, parse_ttl(rm::bytes(*ttl))?)));
     let (token, ttl_ms) = match parsed {
         Ok(p) => p,
         Err(e) => return rm::reply_error(ctx, e),
@@ -274,7 +320,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
         return rm::reply_integer(ctx, 0);
     }
     node::bump(&STATS.renewals);
-    replicate_held(ctx, *key_name, lease, token);
+    replicate_held(ctx, *key_name, lease, Wire::Arg(*token_arg));
     rm::notify(ctx, c"lease.renew", *key_name);
     rm::reply_integer(ctx, 1)
 }
@@ -752,5 +798,16 @@ mod tests {
             .iter()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn decimal_writes_every_u64_as_rust_does() {
+        let mut buf = [0u8; 20];
+        let mut cases = vec![0, 1, 9, 10, 99, 100, u64::MAX, u64::MAX - 1, 1 << 53];
+        cases.extend((0..20).map(|p| 10u64.pow(p)));
+        cases.extend((1..20).map(|p| 10u64.pow(p) - 1));
+        for v in cases {
+            assert_eq!(decimal(v, &mut buf), v.to_string().as_bytes(), "{v}");
+        }
     }
 }

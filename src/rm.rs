@@ -158,11 +158,17 @@ impl Key {
     /// The value if the key holds `ty`. `T` must be the Rust type stored
     /// under `ty`; `data_type.rs` pairs them.
     pub fn value<T>(&mut self, ty: *mut raw::RedisModuleType) -> Slot<'_, T> {
-        if self.is_empty() {
-            return Slot::Empty;
-        }
         let key = self.inner.as_ptr();
-        if unsafe { api!(RedisModule_ModuleTypeGetType)(key) } != ty {
+        // Null for an empty key and for any value that is not a module's.
+        let held = unsafe { api!(RedisModule_ModuleTypeGetType)(key) };
+        if held.is_null() {
+            return if self.is_empty() {
+                Slot::Empty
+            } else {
+                Slot::WrongType
+            };
+        }
+        if held != ty {
             return Slot::WrongType;
         }
         match unsafe {

@@ -148,6 +148,8 @@ fn check_acquire(argv: &[&[u8]]) {
                 (p.ttl_ms, p.token, p.block_ms),
                 (*ttl_ms, *token, *block_ms)
             );
+            // The token's position names the argument it came from.
+            assert_eq!(p.token_at.map(|at| options[at]), p.token);
             assert!((1..=MAX_TTL_MS).contains(&p.ttl_ms));
             assert!(p
                 .token
