@@ -128,12 +128,16 @@ unsafe extern "C" fn on_config_change(
             };
             let names =
                 std::slice::from_raw_parts(change.config_names, change.num_changes as usize);
-            let touches_eviction = names.iter().any(|&n| {
-                let n = CStr::from_ptr(n).to_bytes();
-                n.starts_with(b"maxmemory")
-            });
-            if touches_eviction {
+            let changed = |prefix: &[u8]| {
+                names
+                    .iter()
+                    .any(|&n| CStr::from_ptr(n).to_bytes().starts_with(prefix))
+            };
+            if changed(b"maxmemory") {
                 crate::eviction::refresh(ctx);
+            }
+            if changed(b"latency-monitor-threshold") {
+                crate::reaper::refresh_latency_threshold(ctx);
             }
         },
     )

@@ -331,8 +331,8 @@ pub fn maxmemory() -> u64 {
 
 /// Re-reads `maxmemory` and `maxmemory-policy` from the server.
 pub fn refresh(ctx: Ctx) {
-    let policy = config_get(ctx, c"maxmemory-policy").unwrap_or_default();
-    let maxmemory = config_get(ctx, c"maxmemory")
+    let policy = rm::config_get(ctx, c"maxmemory-policy").unwrap_or_default();
+    let maxmemory = rm::config_get(ctx, c"maxmemory")
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     MAXMEMORY.store(maxmemory, Ordering::Relaxed);
@@ -341,40 +341,4 @@ pub fn refresh(ctx: Ctx) {
         Ordering::Relaxed,
     );
     *POLICY.lock().unwrap_or_else(|e| e.into_inner()) = policy;
-}
-
-/// `CONFIG GET name` through the server, as a string.
-fn config_get(ctx: Ctx, name: &CStr) -> Option<String> {
-    let reply = unsafe {
-        api!(RedisModule_Call)(
-            ctx,
-            c"CONFIG".as_ptr(),
-            c"cc".as_ptr(),
-            c"GET".as_ptr(),
-            name.as_ptr(),
-        )
-    };
-    if reply.is_null() {
-        return None;
-    }
-    // A two-element array (RESP2 map): [name, value].
-    let value = unsafe { api!(RedisModule_CallReplyArrayElement)(reply, 1) };
-    let text = (!value.is_null()).then(|| {
-        let mut len = 0usize;
-        let ptr = unsafe { api!(RedisModule_CallReplyStringPtr)(value, &mut len) };
-        if ptr.is_null() {
-            String::new()
-        } else {
-            String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
-                .into_owned()
-        }
-    });
-    unsafe { api!(RedisModule_FreeCallReply)(reply) };
-    if text.is_none() {
-        rm::log_warning(
-            ctx,
-            "redis-lease: could not read the server's eviction settings",
-        );
-    }
-    text
 }

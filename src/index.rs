@@ -57,10 +57,13 @@ impl ThinKey {
     fn new(key: &[u8]) -> Self {
         // Redis keys are at most 512 MB, well inside u32.
         let len = u32::try_from(key.len()).unwrap_or(u32::MAX) as usize;
-        let mut buf = Vec::with_capacity(LONG_PREFIX + len);
-        match u8::try_from(len) {
-            Ok(short) if short != LONG_NAME => buf.push(short),
-            _ => {
+        let short = u8::try_from(len).ok().filter(|&l| l != LONG_NAME);
+        // Exactly the size the box keeps, so turning it into one does not
+        // reallocate.
+        let mut buf = Vec::with_capacity(short.map_or(LONG_PREFIX, |_| 1) + len);
+        match short {
+            Some(short) => buf.push(short),
+            None => {
                 buf.push(LONG_NAME);
                 buf.extend_from_slice(&(len as u32).to_le_bytes());
             }

@@ -62,6 +62,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     eviction::subscribe(raw_ctx);
     events::refresh_role(raw_ctx);
     eviction::refresh(raw_ctx);
+    reaper::refresh_latency_threshold(raw_ctx);
     reaper::start(raw_ctx);
     Status::Ok
 }

@@ -5,7 +5,7 @@
 //! scan budget); a tick that used its budget schedules the next at once.
 
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use redis_module::raw;
@@ -36,6 +36,29 @@ static RESCAN: Mutex<Option<Rescan>> = Mutex::new(None);
 /// later, outside the callback that noticed it.
 static RESIGNAL: Mutex<Vec<(i32, Box<[u8]>)>> = Mutex::new(Vec::new());
 static RESIGNAL_ARMED: AtomicBool = AtomicBool::new(false);
+
+/// The server's `latency-monitor-threshold` in ms, 0 when the monitor is
+/// off; read at load and on every change of it.
+static LATENCY_THRESHOLD_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Re-reads `latency-monitor-threshold`.
+pub fn refresh_latency_threshold(ctx: Ctx) {
+    let ms = rm::config_get(ctx, c"latency-monitor-threshold")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    LATENCY_THRESHOLD_MS.store(ms, Ordering::Relaxed);
+}
+
+/// Reports a tick as the `lease-reap` latency event when the monitor is on
+/// and the tick reached its threshold, as Redis reports its own
+/// `expire-cycle`.
+fn report_tick(took: std::time::Duration) {
+    let threshold = LATENCY_THRESHOLD_MS.load(Ordering::Relaxed);
+    let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
+    if threshold > 0 && ms >= threshold {
+        rm::latency_sample(c"lease-reap", ms);
+    }
+}
 
 pub fn start(ctx: Ctx) {
     schedule(ctx, config::reap_interval_ms());
@@ -86,8 +109,10 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
         }
         let now = rm::now_ms();
         let batch = config::reap_batch();
+        let started = std::time::Instant::now();
         let reaped = reap(ctx, now, batch);
         let scanning = scan_step(ctx);
+        report_tick(started.elapsed());
         if reaped == batch || scanning {
             return 1;
         }

@@ -275,6 +275,53 @@ pub fn redact(ctx: Ctx, pos: usize) {
     }
 }
 
+/// `CONFIG GET name` through the server, as a string.
+pub fn config_get(ctx: Ctx, name: &CStr) -> Option<String> {
+    let reply = unsafe {
+        api!(RedisModule_Call)(
+            ctx,
+            c"CONFIG".as_ptr(),
+            c"cc".as_ptr(),
+            c"GET".as_ptr(),
+            name.as_ptr(),
+        )
+    };
+    if reply.is_null() {
+        return None;
+    }
+    // A two-element array (RESP2 map): [name, value].
+    let value = unsafe { api!(RedisModule_CallReplyArrayElement)(reply, 1) };
+    let text = (!value.is_null()).then(|| {
+        let mut len = 0usize;
+        let ptr = unsafe { api!(RedisModule_CallReplyStringPtr)(value, &mut len) };
+        if ptr.is_null() {
+            String::new()
+        } else {
+            String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+                .into_owned()
+        }
+    });
+    unsafe { api!(RedisModule_FreeCallReply)(reply) };
+    if text.is_none() {
+        log_warning(
+            ctx,
+            &format!(
+                "redis-lease: could not read the server's {}",
+                name.to_string_lossy()
+            ),
+        );
+    }
+    text
+}
+
+/// Adds `ms` of `event` to the server's latency monitor (LATENCY LATEST,
+/// HISTORY). The server keeps any sample at or over its threshold, 0
+/// included, so callers check `latency-monitor-threshold` first.
+pub fn latency_sample(event: &CStr, ms: u64) {
+    let ms = raw::mstime_t::try_from(ms).unwrap_or(raw::mstime_t::MAX);
+    unsafe { api!(RedisModule_LatencyAddSample)(event.as_ptr(), ms) };
+}
+
 /// Propagates the current command as the client sent it.
 pub fn replicate_verbatim(ctx: Ctx) {
     unsafe { api!(RedisModule_ReplicateVerbatim)(ctx) };

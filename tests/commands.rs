@@ -1723,3 +1723,71 @@ for_each_server!(reaper_deletes_500_expired_leases, |flavor| {
     assert_eq!(stat(&server, "lease_keys"), 0);
     assert_eq!(stat(&server, "lease_indexed_deadlines"), 0);
 });
+
+/// `LATENCY LATEST` as (event, max ms).
+fn latency_latest(con: &mut Connection) -> Vec<(String, i64)> {
+    match q!(con, "LATENCY", "LATEST") {
+        Value::Array(events) => events
+            .into_iter()
+            .map(|e| match e {
+                Value::Array(fields) => match fields.as_slice() {
+                    [Value::BulkString(name), _, _, Value::Int(max), ..] => {
+                        (String::from_utf8_lossy(name).into_owned(), *max)
+                    }
+                    other => panic!("LATENCY LATEST entry: {other:?}"),
+                },
+                other => panic!("LATENCY LATEST entry: {other:?}"),
+            })
+            .collect(),
+        other => panic!("LATENCY LATEST: {other:?}"),
+    }
+}
+
+/// Grants `n` leases of one second, then holds the server past their deadline
+/// so the next reaper tick takes them all at once.
+fn expire_together(con: &mut Connection, n: usize) {
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        pipe.cmd("LEASE.ACQUIRE")
+            .arg(format!("together:{i}"))
+            .arg(1000)
+            .arg("TOKEN")
+            .arg("t")
+            .ignore();
+    }
+    let () = pipe.query(con).expect("pipelined acquires");
+    assert_ok(q!(con, "DEBUG", "SLEEP", "1.2"), "DEBUG SLEEP");
+    wait_until("the reaper to delete the leases", WAIT, || dbsize(con) == 0);
+}
+
+for_each_server!(
+    reaper_ticks_show_in_the_latency_monitor_when_it_is_on,
+    |flavor| {
+        let options = ServerOptions::new()
+            .config("latency-monitor-threshold", "1")
+            .config("lease.reap-batch", "100000");
+        let server = Server::start_with(flavor, options);
+        let mut con = server.client();
+
+        // Threshold read at load: a tick deleting 20,000 keys takes milliseconds.
+        expire_together(&mut con, 20_000);
+        assert_eq!(stat(&server, "lease_expired"), 20_000);
+        let events = latency_latest(&mut con);
+        let reap = events.iter().find(|(name, _)| name == "lease-reap");
+        assert!(
+            reap.is_some_and(|&(_, max)| max >= 1),
+            "no lease-reap event: {events:?}"
+        );
+
+        // Monitor switched off at run time: the same tick is not recorded.
+        config_set(&mut con, "latency-monitor-threshold", "0");
+        assert!(int(q!(&mut con, "LATENCY", "RESET"), "LATENCY RESET") >= 1);
+        expire_together(&mut con, 20_000);
+        assert_eq!(stat(&server, "lease_expired"), 40_000);
+        let events = latency_latest(&mut con);
+        assert!(
+            events.iter().all(|(name, _)| name != "lease-reap"),
+            "lease-reap recorded with the monitor off: {events:?}"
+        );
+    }
+);
