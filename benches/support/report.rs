@@ -454,15 +454,19 @@ fn server_tables(out: &mut String, r: &ServerResult, plan: &Plan) {
         out,
         "\n### d. {} keys expiring together\n\nAll keys get one deadline (the TTL of each \
          is computed as it is sent); the deadline falls {:.0} s after the last one is \
-         granted. A probe client sends PING after PING and times each round trip; DBSIZE is \
-         polled every 5 ms; the server's time on and waiting for a CPU comes from \
-         `/proc/<pid>/schedstat`. \"While deleting\" is from the deadline until DBSIZE = 0; \
+         granted. A probe client times PING round trips, waiting {:.1} ms after each reply \
+         (like `redis-cli --latency`, which waits 10 ms); DBSIZE is polled every 5 ms; the \
+         server's own longest deletion step comes from its latency monitor \
+         (`latency-monitor-threshold` 1: the reaper's `lease-reap`, Redis's \
+         `expire-cycle`; whole milliseconds, 0 = none reached 1 ms), its time on and waiting \
+         for a CPU from `/proc/<pid>/schedstat`. \"While deleting\" is from the deadline until DBSIZE = 0; \
          \"before\" is the same probe on the same server in the seconds before the \
          deadline. Leases are deleted by the module's reaper (`lease.reap-hz` 10, \
          `lease.reap-batch` 200, defaults); strings by Redis's own active expiry. \
          Milliseconds; worst = the largest over {runs} runs, others median (min–max).\n",
         count(e.keys as f64),
-        crate::EXPIRY_LEAD.as_secs_f64()
+        crate::EXPIRY_LEAD.as_secs_f64(),
+        crate::PROBE_GAP.as_secs_f64() * 1e3
     );
     let _ = writeln!(
         out,
@@ -499,6 +503,12 @@ fn server_tables(out: &mut String, r: &ServerResult, plan: &Plan) {
         "| probe round trip before the deadline, p99 | {} | {} |",
         spread(&ms(&e.native.idle_p99_us), 2),
         spread(&ms(&e.lua.idle_p99_us), 2)
+    );
+    let _ = writeln!(
+        out,
+        "| longest deletion step timed by the server (LATENCY), worst | {:.0} | {:.0} |",
+        e.native.server_step_ms.max(),
+        e.lua.server_step_ms.max()
     );
     let _ = writeln!(
         out,
