@@ -400,10 +400,15 @@ impl Lease {
         now_ms < self.deadline_ms()
     }
 
-    /// Whether the live holder is `token`, at `now_ms`. A compact stored
-    /// token is compared in its compact form, without rebuilding it.
+    /// Whether the live holder is `token`, at `now_ms`.
     fn held_by(&self, token: &[u8], now_ms: u64) -> bool {
-        if !self.is_live(now_ms) || token.len() != self.token_len() {
+        self.is_live(now_ms) && self.holds(token)
+    }
+
+    /// Whether the stored token is `token`, live or not. A compact stored
+    /// token is compared in its compact form, without rebuilding it.
+    fn holds(&self, token: &[u8]) -> bool {
+        if token.len() != self.token_len() {
             return false;
         }
         match self.token_kind() {
@@ -481,7 +486,7 @@ impl Lease {
     ) -> Result<Acquire, FenceExhausted> {
         let deadline_ms = now_ms.saturating_add(ttl_ms);
         if self.is_live(now_ms) {
-            if !self.held_by(token, now_ms) {
+            if !self.holds(token) {
                 return Ok(Acquire::Busy);
             }
             self.set_deadline(deadline_ms);
