@@ -310,15 +310,12 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
         Ok(lease) => lease,
         Err(e) => return rm::reply_error(ctx, e),
     };
-    let now = rm::now_ms();
-    let Some(lease) = lease.filter(|l| l.is_live(now)) else {
+    // No key, an expired lease or another holder's: refused alike.
+    let renewed = lease.and_then(|l| l.renew(token, ttl_ms, rm::now_ms()).then_some(l));
+    let Some(lease) = renewed else {
         node::bump(&STATS.renewals_rejected);
         return rm::reply_integer(ctx, 0);
     };
-    if !lease.renew(token, ttl_ms, now) {
-        node::bump(&STATS.renewals_rejected);
-        return rm::reply_integer(ctx, 0);
-    }
     node::bump(&STATS.renewals);
     replicate_held(ctx, *key_name, lease, Wire::Arg(*token_arg));
     rm::notify(ctx, c"lease.renew", *key_name);
