@@ -647,11 +647,21 @@ for_each_server!(
         let (master, replica) = master_and_replica(flavor);
         let mut m = master.client();
         let mut r = replica.client();
+        let mut probe = replica.client();
+        probe
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .expect("probe read timeout");
         let busy = {
             let mut r2 = replica.client();
             std::thread::spawn(move || call(&mut r2, "DEBUG", ("SLEEP", "0.6")))
         };
-        std::thread::sleep(Duration::from_millis(100));
+        // The replica is inside the sleep once a PING goes unanswered.
+        wait_until(
+            "the replica to be inside DEBUG SLEEP",
+            Duration::from_secs(5),
+            || redis::cmd("PING").query::<String>(&mut probe).is_err(),
+        );
+        drop(probe);
         granted(&mut m, "late", 200, "t");
         assert_eq!(release(&mut m, "late", "t"), 1);
         assert_eq!(busy.join().expect("DEBUG SLEEP thread"), Value::Okay);
