@@ -40,12 +40,11 @@ pub fn check_token(b: &[u8]) -> Result<&[u8], &'static CStr> {
 
 /// `LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout]`, after the key.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Acquire<'a> {
+pub struct Acquire<'a, T> {
     pub ttl_ms: u64,
-    pub token: Option<&'a [u8]>,
-    /// Where the token is among the options, so the caller can pass the
+    /// The argument that carries the token, checked: the caller can pass the
     /// argument itself on rather than copy its bytes.
-    pub token_at: Option<usize>,
+    pub token: Option<&'a T>,
     pub block_ms: Option<u64>,
 }
 
@@ -54,23 +53,20 @@ pub fn parse_acquire<'a, T>(
     ttl: &[u8],
     options: &'a [T],
     bytes: impl Fn(&'a T) -> &'a [u8],
-) -> Result<Acquire<'a>, &'static CStr> {
+) -> Result<Acquire<'a, T>, &'static CStr> {
     let mut parsed = Acquire {
         ttl_ms: parse_ttl(ttl)?,
         token: None,
-        token_at: None,
         block_ms: None,
     };
     let mut rest = options;
     while let [option, value, tail @ ..] = rest {
-        let value_at = options.len() - tail.len() - 1;
         let option = bytes(option);
-        let value = bytes(value);
         if option.eq_ignore_ascii_case(b"TOKEN") && parsed.token.is_none() {
-            parsed.token = Some(check_token(value)?);
-            parsed.token_at = Some(value_at);
+            check_token(bytes(value))?;
+            parsed.token = Some(value);
         } else if option.eq_ignore_ascii_case(b"BLOCK") && parsed.block_ms.is_none() {
-            let timeout = parse_u64(value).filter(|v| *v <= MAX_TTL_MS);
+            let timeout = parse_u64(bytes(value)).filter(|v| *v <= MAX_TTL_MS);
             parsed.block_ms = Some(timeout.ok_or(error::BLOCK_TIMEOUT)?);
         } else {
             return Err(error::ACQUIRE_SYNTAX);
@@ -108,7 +104,10 @@ pub fn parse_apply(
 mod tests {
     use super::*;
 
-    fn acquire<'a>(ttl: &str, options: &'a [&'a str]) -> Result<Acquire<'a>, &'static CStr> {
+    fn acquire<'a>(
+        ttl: &str,
+        options: &'a [&'a str],
+    ) -> Result<Acquire<'a, &'a str>, &'static CStr> {
         parse_acquire(ttl.as_bytes(), options, |o| o.as_bytes())
     }
 
@@ -153,22 +152,18 @@ mod tests {
 
     #[test]
     fn acquire_options_table() {
-        let ok = |ttl: u64, token: Option<(usize, &'static [u8])>, block: Option<u64>| {
+        let ok = |ttl: u64, token: Option<&'static &'static str>, block: Option<u64>| {
             Ok(Acquire {
                 ttl_ms: ttl,
-                token: token.map(|(_, t)| t),
-                token_at: token.map(|(at, _)| at),
+                token,
                 block_ms: block,
             })
         };
         assert_eq!(acquire("100", &[]), ok(100, None, None));
-        assert_eq!(
-            acquire("100", &["token", "t"]),
-            ok(100, Some((1, b"t")), None)
-        );
+        assert_eq!(acquire("100", &["token", "t"]), ok(100, Some(&"t"), None));
         assert_eq!(
             acquire("100", &["BLOCK", "0", "TOKEN", "t"]),
-            ok(100, Some((3, b"t")), Some(0))
+            ok(100, Some(&"t"), Some(0))
         );
         let syntax = Err(error::ACQUIRE_SYNTAX);
         assert_eq!(acquire("100", &["TOKEN"]), syntax);

@@ -201,7 +201,7 @@ pub extern "C" fn acquire_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> 
     command("LEASE.ACQUIRE", ctx, argv, argc, acquire, token_option)
 }
 
-fn parse_acquire(args: &[RString]) -> Result<(RString, args::Acquire<'_>), &'static CStr> {
+fn parse_acquire(args: &[RString]) -> Result<(RString, args::Acquire<'_, RString>), &'static CStr> {
     let [_, key, ttl, options @ ..] = args else {
         return Err(error::ACQUIRE_SYNTAX);
     };
@@ -218,13 +218,9 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         return rm::reply_error(ctx, e);
     }
     let generated;
-    // The options start after `LEASE.ACQUIRE key ttl`.
-    let (token, wire) = match (
-        parsed.token,
-        parsed.token_at.and_then(|at| args.get(3 + at)),
-    ) {
-        (Some(t), Some(&arg)) => (t, Wire::Arg(arg)),
-        _ => {
+    let (token, wire) = match parsed.token {
+        Some(&arg) => (rm::bytes(arg), Wire::Arg(arg)),
+        None => {
             generated = generate_token();
             (&generated[..], Wire::Bytes(&generated))
         }
