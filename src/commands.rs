@@ -158,18 +158,35 @@ fn replicate_holder(ctx: Ctx, key: RString, fence: u64, deadline: u64, token: Wi
     };
 }
 
-/// `v` in decimal, written at the end of `buf` (20 digits hold any u64).
+/// "00" to "99": the two digits of every value below 100.
+const DIGIT_PAIRS: [[u8; 2]; 100] = {
+    let mut pairs = [[0; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        pairs[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    pairs
+};
+
+/// `v` in decimal, written at the end of `buf` (20 digits hold any u64),
+/// two digits per division.
 fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut at = buf.len();
-    loop {
-        // ok: at most 20 digits, one per turn, and the last turn returns.
-        at -= 1;
-        buf[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            return &buf[at..];
-        }
+    // ok: at most 10 pairs of digits; a pair's index is below 100.
+    while v >= 100 {
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[(v % 100) as usize]);
+        v /= 100;
     }
+    if v >= 10 {
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[v as usize]);
+    } else {
+        at -= 1;
+        buf[at] = b'0' + v as u8;
+    }
+    &buf[at..]
 }
 
 /// Propagates a held lease whose holder's token is `token`.
@@ -799,6 +816,8 @@ mod tests {
         let mut cases = vec![0, 1, 9, 10, 99, 100, u64::MAX, u64::MAX - 1, 1 << 53];
         cases.extend((0..20).map(|p| 10u64.pow(p)));
         cases.extend((1..20).map(|p| 10u64.pow(p) - 1));
+        cases.extend((1..20).map(|p| 10u64.pow(p) + 1));
+        cases.extend(0..1000);
         for v in cases {
             assert_eq!(decimal(v, &mut buf), v.to_string().as_bytes(), "{v}");
         }

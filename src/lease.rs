@@ -133,41 +133,49 @@ const HEX: u64 = 1;
 /// A lowercase UUID with dashes, kept as its 16 bytes.
 const UUID: u64 = 2;
 
-fn hex_digit(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
+/// Each byte's value as a lowercase hex digit; 0xff for any other byte.
+const HEX_VALUE: [u8; 256] = {
+    let mut table = [0xff; 256];
+    let mut i = 0;
+    while i < 16 {
+        table[b"0123456789abcdef"[i] as usize] = i as u8;
+        i += 1;
     }
-}
+    table
+};
 
-/// The 16 bytes that exactly 32 lowercase hex digits spell.
-fn pack_hex(digits: impl Iterator<Item = u8>) -> Option<[u8; INLINE_TOKEN]> {
+/// The 16 bytes that 32 lowercase hex digits spell. One table lookup per
+/// digit and no branch per digit: a non-digit's 0xff sets high bits that
+/// no digit has, and they are checked once at the end.
+fn pack_hex(digits: &[u8; HEX_LEN]) -> Option<[u8; INLINE_TOKEN]> {
     let mut out = [0u8; INLINE_TOKEN];
-    let mut n = 0;
-    for c in digits {
-        let v = hex_digit(c)?;
-        *out.get_mut(n / 2)? |= if n % 2 == 0 { v << 4 } else { v };
-        n += 1;
+    let mut seen = 0u8;
+    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
+        let high = HEX_VALUE[usize::from(pair[0])];
+        let low = HEX_VALUE[usize::from(pair[1])];
+        seen |= high | low;
+        *byte = high << 4 | low;
     }
-    (n == HEX_LEN).then_some(out)
+    (seen < 16).then_some(out)
 }
 
 /// A token's compact form, if it has one: kind and 16 bytes.
 fn compact(token: &[u8]) -> Option<(u64, [u8; INLINE_TOKEN])> {
-    match token.len() {
-        HEX_LEN => pack_hex(token.iter().copied()).map(|b| (HEX, b)),
-        // ok: every dash position is below UUID_LEN, the length matched here.
-        UUID_LEN if UUID_DASHES.iter().all(|&i| token[i] == b'-') => {
-            let digits = token
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !UUID_DASHES.contains(i))
-                .map(|(_, &c)| c);
-            pack_hex(digits).map(|b| (UUID, b))
-        }
-        _ => None,
+    if let Ok(digits) = <&[u8; HEX_LEN]>::try_from(token) {
+        return pack_hex(digits).map(|b| (HEX, b));
     }
+    let uuid = <&[u8; UUID_LEN]>::try_from(token).ok()?;
+    if UUID_DASHES.iter().any(|&i| uuid[i] != b'-') {
+        return None;
+    }
+    // The 8-4-4-4-12 groups without their dashes.
+    let mut digits = [0u8; HEX_LEN];
+    digits[..8].copy_from_slice(&uuid[..8]);
+    digits[8..12].copy_from_slice(&uuid[9..13]);
+    digits[12..16].copy_from_slice(&uuid[14..18]);
+    digits[16..20].copy_from_slice(&uuid[19..23]);
+    digits[20..].copy_from_slice(&uuid[24..]);
+    pack_hex(&digits).map(|b| (UUID, b))
 }
 
 /// The token a compact form stands for.
@@ -926,6 +934,31 @@ mod tests {
             cases.push((raw, len > 16));
         }
         cases
+    }
+
+    #[test]
+    fn compact_forms_take_exactly_lowercase_hex_digits() {
+        let hex = b"0123456789abcdef0123456789abcdef".to_vec();
+        let uuid = b"123e4567-e89b-12d3-a456-426614174000".to_vec();
+        for (base, kind) in [(hex, HEX), (uuid, UUID)] {
+            for at in 0..base.len() {
+                for byte in 0..=255u8 {
+                    let mut token = base.clone();
+                    token[at] = byte;
+                    let fits = if kind == UUID && UUID_DASHES.contains(&at) {
+                        byte == b'-'
+                    } else {
+                        matches!(byte, b'0'..=b'9' | b'a'..=b'f')
+                    };
+                    let packed = compact(&token);
+                    assert_eq!(packed.is_some(), fits, "{kind} byte {byte} at {at}");
+                    if let Some((k, bytes)) = packed {
+                        assert_eq!(k, kind);
+                        assert_eq!(&expand(k, &bytes)[..], &token[..]);
+                    }
+                }
+            }
+        }
     }
 
     #[test]
