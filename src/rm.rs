@@ -86,6 +86,16 @@ pub fn context_flags(ctx: Ctx) -> u32 {
     unsafe { api!(RedisModule_GetContextFlags)(ctx) as u32 }
 }
 
+/// The id every server gives the client that replays the AOF at startup
+/// (`CLIENT_ID_AOF`, reserved so that modules can tell it apart).
+const AOF_CLIENT_ID: u64 = u64::MAX;
+
+/// Whether the command runs in the AOF replay at startup. Cheaper than the
+/// context flags, which compute every flag to answer one.
+pub fn replaying_aof(ctx: Ctx) -> bool {
+    unsafe { api!(RedisModule_GetClientId)(ctx) == AOF_CLIENT_ID }
+}
+
 pub fn selected_db(ctx: Ctx) -> i32 {
     unsafe { api!(RedisModule_GetSelectedDb)(ctx) }
 }

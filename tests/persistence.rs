@@ -872,6 +872,30 @@ for_each_server!(
     }
 );
 
+// The replay at startup runs each command outside the server's call path; a release
+// replayed before a grant (the base file an RDB preamble, so the first LEASE command
+// in the AOF is the release) once crashed the server mid-load.
+for_each_server!(aof_replay_of_a_release_before_a_grant, |flavor| {
+    let mut server = Server::start_with(flavor, aof_options("always"));
+    let mut con = server.client();
+    let gone = grant(&mut con, 0, "lease:gone", 60_000, Some("t-gone"));
+    let base = rewrite_aof(&server, &mut con);
+    assert!(base.to_string_lossy().ends_with(".base.rdb"), "{base:?}");
+    assert_eq!(release(&mut con, "lease:gone", &gone.token), 1);
+    let mut kept = grant(&mut con, 0, "lease:kept", 60_000, Some("t-kept"));
+    renew_held(&mut con, &mut kept, 30_000);
+    drop(con);
+    server.kill9();
+    server.start_again();
+    let mut con = server.client();
+    assert_eq!(
+        lease_info(&mut con, "lease:gone"),
+        None,
+        "a replayed release"
+    );
+    check_held(&mut con, &mut kept, "after a release and a grant replayed");
+});
+
 // ---------------------------------------------------------------------------
 // DUMP / RESTORE
 
