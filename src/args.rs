@@ -1,5 +1,6 @@
 //! Argument parsing for the LEASE commands, on plain byte slices: client
 //! input is untrusted bytes, and this is the code the fuzz targets drive.
+//! Also the one argument the module writes itself: `LEASE.APPLY`'s state.
 
 use std::ffi::CStr;
 
@@ -79,9 +80,78 @@ pub fn parse_acquire<'a, T>(
     Ok(parsed)
 }
 
-/// `LEASE.APPLY key fence deadline token`, after the key: the state a master
-/// or the AOF sends. An empty token means free.
-pub fn parse_apply(
+/// "00" to "99": the two digits of every value below 100.
+const DIGIT_PAIRS: [[u8; 2]; 100] = {
+    let mut pairs = [[0; 2]; 100];
+    let mut i = 0;
+    while i < 100 {
+        pairs[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
+        i += 1;
+    }
+    pairs
+};
+
+/// Writes `v` in decimal into `buf`, ending just before `end`, two digits
+/// per division; returns where it starts. `buf[..end]` must hold 20 bytes.
+fn decimal_before(mut v: u64, buf: &mut [u8], end: usize) -> usize {
+    let mut at = end;
+    // ok: at most 10 pairs of digits, and the caller leaves room for 20;
+    // a pair's index is below 100.
+    while v >= 100 {
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[(v % 100) as usize]);
+        v /= 100;
+    }
+    if v >= 10 {
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[v as usize]);
+    } else {
+        at -= 1;
+        buf[at] = b'0' + v as u8;
+    }
+    at
+}
+
+/// Room for `fence:deadline`, each any u64.
+pub const STATE_LEN: usize = 41;
+
+/// `LEASE.APPLY`'s state argument, `fence:deadline` in decimal: one
+/// argument for the two numbers, because every argument of a replicated
+/// call is an allocation of its own on the server.
+pub fn apply_state(fence: u64, deadline_ms: u64, buf: &mut [u8; STATE_LEN]) -> &[u8] {
+    let mut at = decimal_before(deadline_ms, buf, STATE_LEN);
+    at -= 1;
+    buf[at] = b':';
+    let at = decimal_before(fence, buf, at);
+    &buf[at..]
+}
+
+/// The fence and deadline of a `fence:deadline` state, unparsed.
+pub fn split_state(state: &[u8]) -> Option<(&[u8], &[u8])> {
+    let colon = state.iter().position(|&c| c == b':')?;
+    Some((&state[..colon], &state[colon + 1..]))
+}
+
+/// `LEASE.APPLY`'s effect, after the key: `fence:deadline token`, or
+/// `fence deadline token` as earlier versions wrote it (old AOF files and
+/// masters). An empty token means free.
+pub fn parse_apply_args<'a, T>(
+    args: &'a [T],
+    bytes: impl Fn(&'a T) -> &'a [u8],
+) -> Result<(u64, Option<Holder>), &'static CStr> {
+    let (fence, deadline, token) = match args {
+        [state, token] => {
+            let (fence, deadline) = split_state(bytes(state)).ok_or(error::APPLY_ARGS)?;
+            (fence, deadline, bytes(token))
+        }
+        [fence, deadline, token] => (bytes(fence), bytes(deadline), bytes(token)),
+        _ => return Err(error::APPLY_ARGS),
+    };
+    parse_apply(fence, deadline, token)
+}
+
+/// The numbers and token of an effect, checked.
+fn parse_apply(
     fence: &[u8],
     deadline: &[u8],
     token: &[u8],
@@ -174,19 +244,21 @@ mod tests {
         assert_eq!(acquire("0", &[]), Err(error::TTL));
     }
 
+    fn apply(args: &[&[u8]]) -> Result<(u64, Option<Holder>), &'static CStr> {
+        parse_apply_args(args, |a| a)
+    }
+
     #[test]
     fn apply_effects_are_validated() {
-        assert_eq!(parse_apply(b"5", b"0", b""), Ok((5, None)));
-        assert_eq!(
-            parse_apply(b"5", b"1000", b"tok"),
-            Ok((
-                5,
-                Some(Holder {
-                    token: b"tok"[..].into(),
-                    deadline_ms: 1000
-                })
-            ))
-        );
+        let tok = Some(Holder {
+            token: b"tok"[..].into(),
+            deadline_ms: 1000,
+        });
+        assert_eq!(apply(&[b"5:0", b""]), Ok((5, None)));
+        assert_eq!(apply(&[b"5:1000", b"tok"]), Ok((5, tok.clone())));
+        // As earlier versions wrote it.
+        assert_eq!(apply(&[b"5", b"0", b""]), Ok((5, None)));
+        assert_eq!(apply(&[b"5", b"1000", b"tok"]), Ok((5, tok)));
         for (f, d, t) in [
             (&b"x"[..], &b"1"[..], &b"t"[..]),
             (b"9007199254740992", b"1", b"t"),
@@ -194,7 +266,39 @@ mod tests {
             (b"5", b"99999999999999999", b"t"),
             (b"5", b"1", &[b'x'; 257][..]),
         ] {
-            assert_eq!(parse_apply(f, d, t), Err(error::APPLY_ARGS));
+            assert_eq!(apply(&[f, d, t]), Err(error::APPLY_ARGS));
+            let state = [f, b":", d].concat();
+            assert_eq!(apply(&[&state, t]), Err(error::APPLY_ARGS));
+        }
+        for malformed in [
+            &[&b"5"[..], b"tok"][..],
+            &[b"5:", b"tok"],
+            &[b":1000", b"tok"],
+            &[b"5:1000:1", b"tok"],
+            &[b"5 1000", b"tok"],
+            &[b"5:1000"],
+            &[b"5", b"1000", b"tok", b"x"],
+            &[],
+        ] {
+            assert_eq!(apply(malformed), Err(error::APPLY_ARGS), "{malformed:?}");
+        }
+    }
+
+    #[test]
+    fn apply_state_writes_every_u64_as_rust_does_and_reads_back() {
+        let mut values = vec![0, 1, 9, 10, 99, 100, u64::MAX, u64::MAX - 1, 1 << 53];
+        values.extend((0..20).map(|p| 10u64.pow(p)));
+        values.extend((1..20).map(|p| 10u64.pow(p) - 1));
+        values.extend((1..20).map(|p| 10u64.pow(p) + 1));
+        values.extend(0..1000);
+        let mut buf = [0u8; STATE_LEN];
+        for &fence in &values {
+            for deadline in [fence, u64::MAX - fence, 7] {
+                let state = apply_state(fence, deadline, &mut buf);
+                assert_eq!(state, format!("{fence}:{deadline}").as_bytes());
+                let (f, d) = split_state(state).expect("a colon");
+                assert_eq!((parse_u64(f), parse_u64(d)), (Some(fence), Some(deadline)));
+            }
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The LEASE commands: parse, open the key, ask the core, reply, replicate,
 //! notify.
 //!
-//! Every effect is replicated with absolute values (`LEASE.APPLY key fence
-//! deadline token`, `DEL key`, `LEASE.FENCE resource fence`), or as the call
+//! Every effect is replicated with absolute values (`LEASE.APPLY key
+//! fence:deadline token`, `DEL key`, `LEASE.FENCE resource fence`), or as the call
 //! itself where that is already exact (`LEASE.FENCE` without a command, and
 //! `LEASE.RELEASE` that deleted the key, which a replica applies as the
 //! deletion), so replicas and AOF replay never consult their own clock or
@@ -97,10 +97,11 @@ fn nested_lease_command(args: &[RString], redact: &mut dyn FnMut(usize)) {
     }
 }
 
-/// APPLY: `key fence deadline token`.
-fn fourth_argument(args: &[RString], redact: &mut dyn FnMut(usize)) {
-    if args.len() > 4 {
-        redact(4);
+/// APPLY: the token is the last argument (`key fence:deadline token`, or
+/// `key fence deadline token` as earlier versions wrote it).
+fn last_argument(args: &[RString], redact: &mut dyn FnMut(usize)) {
+    if args.len() > 3 {
+        redact(args.len() - 1);
     }
 }
 
@@ -129,72 +130,31 @@ pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
     replicate_holder(ctx, key, lease.fence(), deadline, Wire::Bytes(&token));
 }
 
-/// `LEASE.APPLY key fence deadline token`. Callers that have the holder's
+/// `LEASE.APPLY key fence:deadline token`. Callers that have the holder's
 /// token at hand pass it, rather than have a compact stored token rebuilt.
 ///
-/// The numbers go as text made here: the server turns a `l` argument into
-/// two allocations, a `b` argument into one.
+/// The numbers go as one argument of text made here: the server turns
+/// each argument into an allocation of its own, and a `l` into two.
 fn replicate_holder(ctx: Ctx, key: RString, fence: u64, deadline: u64, token: Wire) {
-    let (mut fence_buf, mut deadline_buf) = ([0u8; 20], [0u8; 20]);
-    let fence = decimal(fence, &mut fence_buf);
-    let deadline = decimal(deadline, &mut deadline_buf);
+    let mut buf = [0u8; args::STATE_LEN];
+    let state = args::apply_state(fence, deadline, &mut buf);
     let apply = c"LEASE.APPLY".as_ptr();
-    let (f, fl, d, dl) = (
-        fence.as_ptr(),
-        fence.len(),
-        deadline.as_ptr(),
-        deadline.len(),
-    );
+    let (s, sl) = (state.as_ptr(), state.len());
     unsafe {
         match token {
-            Wire::Arg(t) => {
-                api!(RedisModule_Replicate)(ctx, apply, c"sbbs".as_ptr(), key, f, fl, d, dl, t)
-            }
+            Wire::Arg(t) => api!(RedisModule_Replicate)(ctx, apply, c"sbs".as_ptr(), key, s, sl, t),
             Wire::Bytes(t) => api!(RedisModule_Replicate)(
                 ctx,
                 apply,
-                c"sbbb".as_ptr(),
+                c"sbb".as_ptr(),
                 key,
-                f,
-                fl,
-                d,
-                dl,
+                s,
+                sl,
                 t.as_ptr(),
                 t.len(),
             ),
         }
     };
-}
-
-/// "00" to "99": the two digits of every value below 100.
-const DIGIT_PAIRS: [[u8; 2]; 100] = {
-    let mut pairs = [[0; 2]; 100];
-    let mut i = 0;
-    while i < 100 {
-        pairs[i] = [b'0' + (i / 10) as u8, b'0' + (i % 10) as u8];
-        i += 1;
-    }
-    pairs
-};
-
-/// `v` in decimal, written at the end of `buf` (20 digits hold any u64),
-/// two digits per division.
-fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    // ok: at most 10 pairs of digits; a pair's index is below 100.
-    while v >= 100 {
-        at -= 2;
-        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[(v % 100) as usize]);
-        v /= 100;
-    }
-    if v >= 10 {
-        at -= 2;
-        buf[at..at + 2].copy_from_slice(&DIGIT_PAIRS[v as usize]);
-    } else {
-        at -= 1;
-        buf[at] = b'0' + v as u8;
-    }
-    &buf[at..]
 }
 
 /// Propagates a held lease whose holder's token is `token`.
@@ -577,10 +537,10 @@ pub fn replicate_record(ctx: Ctx, resource: RString, highest: u64) {
     };
 }
 
-/// `LEASE.APPLY key fence deadline token`: an effect from a master or the
+/// `LEASE.APPLY key fence:deadline token`: an effect from a master or the
 /// AOF. An empty token means free.
 pub extern "C" fn apply_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    command("LEASE.APPLY", ctx, argv, argc, apply, fourth_argument)
+    command("LEASE.APPLY", ctx, argv, argc, apply, last_argument)
 }
 
 /// Whether the running command is an effect decided elsewhere: sent by this
@@ -594,14 +554,13 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     if !from_master_or_aof(ctx) {
         return rm::reply_error(ctx, error::INTERNAL_ONLY);
     }
-    let [_, key_name, fence, deadline, token] = args else {
+    let [_, key_name, effect @ ..] = args else {
         return rm::reply_error(ctx, error::APPLY_ARGS);
     };
-    let (fence, holder) =
-        match args::parse_apply(rm::bytes(*fence), rm::bytes(*deadline), rm::bytes(*token)) {
-            Ok(parsed) => parsed,
-            Err(e) => return rm::reply_error(ctx, e),
-        };
+    let (fence, holder) = match args::parse_apply_args(effect, |a| rm::bytes(*a)) {
+        Ok(parsed) => parsed,
+        Err(e) => return rm::reply_error(ctx, e),
+    };
     node::fences().observe(fence);
     let Some(mut key) = Key::open_write(ctx, *key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
@@ -698,7 +657,9 @@ const SPECS: &[Spec] = &[
         name: c"lease.apply",
         handler: apply_command,
         flags: c"write",
-        arity: 5,
+        // `key fence:deadline token`, or `key fence deadline token` as
+        // earlier versions wrote it.
+        arity: -4,
         key_flags: raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
         inner_keys: false,
         acl: "write slow",
@@ -816,18 +777,5 @@ mod tests {
             .iter()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         assert_ne!(a, b);
-    }
-
-    #[test]
-    fn decimal_writes_every_u64_as_rust_does() {
-        let mut buf = [0u8; 20];
-        let mut cases = vec![0, 1, 9, 10, 99, 100, u64::MAX, u64::MAX - 1, 1 << 53];
-        cases.extend((0..20).map(|p| 10u64.pow(p)));
-        cases.extend((1..20).map(|p| 10u64.pow(p) - 1));
-        cases.extend((1..20).map(|p| 10u64.pow(p) + 1));
-        cases.extend(0..1000);
-        for v in cases {
-            assert_eq!(decimal(v, &mut buf), v.to_string().as_bytes(), "{v}");
-        }
     }
 }

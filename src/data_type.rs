@@ -17,6 +17,7 @@ use std::os::raw::{c_int, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use crate::args;
 use crate::encoding::{self, Reader};
 use crate::eviction;
 use crate::lease::{Lease, Resource};
@@ -172,13 +173,15 @@ unsafe extern "C" fn lease_aof_rewrite(
                 return;
             };
             let (deadline, token) = lease.persisted_holder();
+            let mut buf = [0u8; args::STATE_LEN];
+            let state = args::apply_state(lease.fence(), deadline, &mut buf);
             api!(RedisModule_EmitAOF)(
                 aof,
                 c"LEASE.APPLY".as_ptr(),
-                c"sllb".as_ptr(),
+                c"sbb".as_ptr(),
                 key,
-                lease.fence() as i64,
-                deadline as i64,
+                state.as_ptr(),
+                state.len(),
                 token.as_ptr(),
                 token.len(),
             );

@@ -406,6 +406,12 @@ fn aof_options(fsync: &str) -> ServerOptions {
 
 /// The base file the AOF manifest names (`file <name> seq <n> type b`).
 fn aof_base(server: &Server) -> Option<PathBuf> {
+    aof_file(server, "b")
+}
+
+/// The file of `kind` the AOF manifest names: `b` base, `i` incremental (where new
+/// writes go).
+fn aof_file(server: &Server, kind: &str) -> Option<PathBuf> {
     let dir = server.dir.join("appendonlydir");
     let manifest = fs::read_to_string(dir.join("appendonly.aof.manifest")).ok()?;
     manifest.lines().find_map(|line| {
@@ -413,7 +419,7 @@ fn aof_base(server: &Server) -> Option<PathBuf> {
         let name = words.windows(2).find(|w| w[0] == "file")?[1];
         words
             .windows(2)
-            .any(|w| w[0] == "type" && w[1] == "b")
+            .any(|w| w[0] == "type" && w[1] == kind)
             .then(|| dir.join(name))
     })
 }
@@ -871,6 +877,57 @@ for_each_server!(
         assert!(fresh > held.fence, "fence {fresh} after {}", held.fence);
     }
 );
+
+// Grants and renewals go to replicas and the AOF as `LEASE.APPLY key fence:deadline
+// token`; earlier versions wrote `LEASE.APPLY key fence deadline token`, and AOF files
+// (and masters) from them must still replay.
+for_each_server!(aof_effects_in_the_earlier_form_replay, |flavor| {
+    let mut server = Server::start_with(flavor, aof_options("always"));
+    let mut con = server.client();
+    let mut current = grant(&mut con, 0, "lease:current", 60_000, Some("t-current"));
+    drop(con);
+    server.stop();
+    let incr = aof_file(&server, "i").expect("an incremental AOF file");
+    let mut contents = fs::read(&incr).unwrap_or_else(|e| panic!("{}: {e}", incr.display()));
+    let state = format!("{}:", current.fence);
+    let has = |needle: &[u8]| contents.windows(needle.len()).any(|w| w == needle);
+    assert!(
+        has(b"LEASE.APPLY") && has(state.as_bytes()),
+        "the grant is not in the AOF as `fence:deadline`: {}",
+        String::from_utf8_lossy(&contents)
+    );
+
+    let (fence, deadline) = (fence_ahead(), now_ms() + 60_000);
+    let earlier_form = |key: &str, fence: u64, deadline: u64, token: &str| {
+        redis::cmd("LEASE.APPLY")
+            .arg(key)
+            .arg(fence)
+            .arg(deadline)
+            .arg(token)
+            .get_packed_command()
+    };
+    contents.extend(earlier_form("lease:earlier", fence, deadline, "t-earlier"));
+    contents.extend(earlier_form("lease:freed", fence - 5, 0, ""));
+    fs::write(&incr, &contents).unwrap_or_else(|e| panic!("{}: {e}", incr.display()));
+    server.start_again();
+
+    let mut con = server.client();
+    let mut earlier = Held {
+        db: 0,
+        key: "lease:earlier".into(),
+        token: "t-earlier".into(),
+        fence,
+        ttl: 60_000,
+        earliest: deadline,
+        latest: deadline,
+    };
+    check_held(&mut con, &mut earlier, "replayed from the earlier form");
+    check_held(&mut con, &mut current, "replayed from the current form");
+    let freed = lease_info(&mut con, "lease:freed").expect("lease:freed");
+    assert_eq!((freed.state.as_str(), freed.fence), ("free", fence - 5));
+    let next = acquire(&mut con, "lease:next", 60_000, "t").expect("a grant");
+    assert!(next > fence, "fence {next} after a replayed {fence}");
+});
 
 // The replay at startup runs each command outside the server's call path; a release
 // replayed before a grant (the base file an RDB preamble, so the first LEASE command

@@ -185,21 +185,41 @@ fn check_grant(ttl_ms: u64, token: &[u8]) {
 }
 
 fn check_apply(argv: &[&[u8]]) {
-    let [fence, deadline, token, ..] = argv else {
+    let parsed = args::parse_apply_args(argv, |a| a);
+    // The oracle: `fence:deadline token`, or `fence deadline token`.
+    let parts = match argv {
+        [state, token] => {
+            let mut halves = state.splitn(2, |&c| c == b':');
+            match (halves.next(), halves.next()) {
+                (Some(f), Some(d)) => Some((f, d, *token)),
+                _ => None,
+            }
+        }
+        [fence, deadline, token] => Some((*fence, *deadline, *token)),
+        _ => None,
+    };
+    let Some((fence, deadline, token)) = parts else {
+        assert_eq!(parsed, Err(error::APPLY_ARGS), "apply {argv:?}");
         return;
     };
-    match args::parse_apply(fence, deadline, token) {
+    match parsed {
         Ok((f, holder)) => {
             assert!(f < FENCE_LIMIT);
             assert_eq!(Some(f), reference_u64(fence));
+            let d = reference_u64(deadline).expect("a deadline was parsed");
             match holder {
                 None => assert!(token.is_empty()),
                 Some(h) => {
-                    assert_eq!(&h.token[..], *token);
+                    assert_eq!(&h.token[..], token);
+                    assert_eq!(h.deadline_ms, d);
                     assert!((1..=MAX_TOKEN_LEN).contains(&h.token.len()));
                     assert!((1..=MAX_DEADLINE_MS).contains(&h.deadline_ms));
                 }
             }
+            // What the module writes for these numbers is what was read.
+            let mut buf = [0u8; args::STATE_LEN];
+            let state = args::apply_state(f, d, &mut buf);
+            assert_eq!(state, [fence, b":", deadline].concat());
         }
         Err(e) => {
             assert_eq!(e, error::APPLY_ARGS);
