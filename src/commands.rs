@@ -544,10 +544,13 @@ pub extern "C" fn apply_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
 }
 
 /// Whether the running command is an effect decided elsewhere: sent by this
-/// node's master, or replayed from the AOF.
+/// node's master, or replayed from the AOF. A primary has no master, so
+/// there only the AOF client's id is checked; the context flags, which
+/// compute every flag to answer one, are asked on replicas.
 fn from_master_or_aof(ctx: Ctx) -> bool {
-    let flags = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
-    rm::context_flags(ctx) & flags != 0
+    rm::replaying_aof(ctx)
+        || (!node::is_primary()
+            && rm::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_REPLICATED != 0)
 }
 
 fn apply(ctx: Ctx, args: &[RString]) -> c_int {
