@@ -40,11 +40,7 @@ fn generate_token() -> [u8; 32] {
 /// `secret` names the arguments that carry a token; they are redacted from
 /// MONITOR, SLOWLOG and logs once the body is done with it (some servers
 /// replace the argument itself, so redacting earlier would hide the token
-/// from the command too). Not in the AOF replay at startup: it runs each
-/// command outside the server's call path, where no MONITOR or SLOWLOG sees
-/// it, and never drops the copy of the arguments a redaction keeps, so a
-/// later redaction past that copy's end would read out of bounds and crash
-/// the server mid-load.
+/// from the command too).
 fn command(
     name: &str,
     ctx: Ctx,
@@ -59,11 +55,7 @@ fn command(
         || {
             let args = rm::args(argv, argc);
             let status = body(ctx, args);
-            secret(args, &mut |pos| {
-                if !rm::replaying_aof(ctx) {
-                    rm::redact(ctx, pos);
-                }
-            });
+            secret(args, &mut |pos| rm::redact(ctx, pos));
             status
         },
     )
