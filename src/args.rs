@@ -92,7 +92,8 @@ const DIGIT_PAIRS: [[u8; 2]; 100] = {
 };
 
 /// Writes `v` in decimal into `buf`, ending just before `end`, two digits
-/// per division; returns where it starts. `buf[..end]` must hold 20 bytes.
+/// per division; returns where it starts. `end` must be at least 20, the
+/// digits of `u64::MAX`.
 fn decimal_before(mut v: u64, buf: &mut [u8], end: usize) -> usize {
     let mut at = end;
     // ok: at most 10 pairs of digits, and the caller leaves room for 20;
@@ -127,7 +128,7 @@ pub fn apply_state(fence: u64, deadline_ms: u64, buf: &mut [u8; STATE_LEN]) -> &
 }
 
 /// The fence and deadline of a `fence:deadline` state, unparsed.
-pub fn split_state(state: &[u8]) -> Option<(&[u8], &[u8])> {
+fn split_state(state: &[u8]) -> Option<(&[u8], &[u8])> {
     let colon = state.iter().position(|&c| c == b':')?;
     Some((&state[..colon], &state[colon + 1..]))
 }

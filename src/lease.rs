@@ -473,11 +473,12 @@ impl Lease {
     }
 
     pub fn state(&self, now_ms: u64) -> State {
-        match self.deadline() {
-            Some(deadline) if now_ms < deadline => State::Held {
-                ttl_ms: deadline - now_ms,
-            },
-            _ => State::Free,
+        if self.is_live(now_ms) {
+            State::Held {
+                ttl_ms: self.deadline_ms() - now_ms,
+            }
+        } else {
+            State::Free
         }
     }
 
