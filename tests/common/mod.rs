@@ -217,6 +217,9 @@ pub struct ServerOptions {
     pub module_args: Vec<String>,
     /// Load the module (default true).
     pub load_module: bool,
+    /// A command the server binary runs under (`valgrind --tool=callgrind ...`), empty
+    /// for none. It must exec the server in its own process: the pid is the server's.
+    pub launcher: Vec<String>,
 }
 
 impl Default for ServerOptions {
@@ -225,6 +228,7 @@ impl Default for ServerOptions {
             config: Vec::new(),
             module_args: Vec::new(),
             load_module: true,
+            launcher: Vec::new(),
         }
     }
 }
@@ -620,7 +624,15 @@ impl Server {
         let stderr = stdio
             .try_clone()
             .unwrap_or_else(|e| panic!("cannot clone a file handle: {e}"));
-        let child = Command::new(&self.binary)
+        let mut command = match self.options.launcher.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(&self.binary);
+                c
+            }
+            None => Command::new(&self.binary),
+        };
+        let child = command
             .arg(self.config_path())
             .current_dir(&self.dir)
             .stdin(Stdio::null())
