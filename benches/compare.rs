@@ -160,9 +160,7 @@ fn parse_options() -> Options {
                 flavors = value("--servers")
                     .split(',')
                     .map(|name| {
-                        Flavor::ALL
-                            .into_iter()
-                            .find(|f| f.name() == name.trim())
+                        Flavor::from_name(name.trim())
                             .unwrap_or_else(|| fail(&format!("unknown server {name:?}")))
                     })
                     .collect();

@@ -56,6 +56,11 @@ impl Flavor {
         }
     }
 
+    /// The flavor a name (`redis7`, `redis8`, `valkey8`) stands for.
+    pub fn from_name(name: &str) -> Option<Flavor> {
+        Flavor::ALL.into_iter().find(|f| f.name() == name)
+    }
+
     /// The environment variable that overrides the server binary.
     pub fn env_var(&self) -> &'static str {
         match self {
