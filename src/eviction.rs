@@ -16,9 +16,11 @@
 //! it fires the `evicted` keyspace event, so a copy is taken just before:
 //! from the key event's `evicted` subevent where the server has it (7.2+,
 //! Valkey), which names evictions exactly; on Redis 7.0 from the type's
-//! unlink callback, which fires for every removal, so there the copy only
-//! counts if the `evicted` event follows within a millisecond and no other
-//! removal came between.
+//! unlink callback, which fires for every removal. There a copy is kept only
+//! while memory is over `maxmemory`, as it is at every eviction's unlink and
+//! never at an overwrite (`SET`, `RESTORE`, `COPY`, the `*STORE` commands are
+//! all refused for memory then), and it counts only if the `evicted` event of
+//! the same key comes next.
 //!
 //! The server's settings are read at load and on every config change event,
 //! so the check on the command path is one atomic load.
@@ -129,9 +131,14 @@ static LAST_UNLINKED: Mutex<Option<Unlinked>> = Mutex::new(None);
 /// Whether the server names evictions in a key event (Redis 7.2+, Valkey).
 static KEY_EVENTS: AtomicBool = AtomicBool::new(false);
 
-/// How long an unlink copy waits for its `evicted` event on Redis 7.0; both
-/// happen in the same eviction step, microseconds apart.
-const UNLINK_WINDOW_US: u64 = 1_000;
+/// How long an unlink copy waits for its `evicted` event on Redis 7.0. Both
+/// happen in the same eviction step, microseconds of CPU apart, but the
+/// server thread can be off its CPU between them for milliseconds on a busy
+/// machine (seconds under valgrind), and a copy taken then must still count.
+/// The window only bounds how long a copy from a removal that was not an
+/// eviction (made by a script that went over `maxmemory`) can wait for an
+/// eviction of its key name.
+const UNLINK_WINDOW_US: u64 = 1_000_000;
 
 fn monotonic_us() -> u64 {
     unsafe { raw::RedisModule_MonotonicMicroseconds }.map_or(0, |f| unsafe { f() })
@@ -201,18 +208,24 @@ unsafe extern "C" fn on_key_event(
 
 /// Called by the types' unlink callbacks on every removal of one of our
 /// values: on servers without key events, keeps a copy of a live lease or
-/// a record in case this removal is an eviction, and forgets any older
-/// copy either way.
+/// a record in case this removal is an eviction (memory is over the limit),
+/// and forgets any older copy either way.
 pub fn note_unlinked(db: i32, key: &[u8], value: Option<Saved>) {
     if KEY_EVENTS.load(Ordering::Relaxed) {
         return;
     }
-    keep(value.map(|value| Unlinked {
+    keep(value.filter(|_| over_maxmemory()).map(|value| Unlinked {
         db,
         key: key.into(),
         value,
         at_us: monotonic_us(),
     }));
+}
+
+/// Memory used over `maxmemory`, as the server counts it for eviction (a
+/// ratio of 1 or more; 0 without a limit).
+fn over_maxmemory() -> bool {
+    unsafe { raw::RedisModule_GetUsedMemoryRatio }.is_some_and(|f| unsafe { f() } >= 1.0)
 }
 
 /// A removal that was not an eviction (`DEL`, `RENAME`, ...): the copy it
