@@ -1003,3 +1003,63 @@ for_each_server!(
         );
     }
 );
+
+// On Redis 7.0 the module learns of an eviction from the value's unlink callback and the
+// `evicted` event after it; between the two the server invalidates the key for every
+// client tracking it. With thousands of them that takes milliseconds, as a server thread
+// preempted there would: the lost lease must still be counted and logged.
+for_each_server!(an_eviction_announced_late_is_still_counted, |flavor| {
+    const TRACKERS: usize = 5_000;
+    let server = Server::start(flavor);
+    let mut con = server.client();
+    config_set(
+        &mut con,
+        &[
+            ("maxmemory-policy", "allkeys-random"),
+            ("lease.allkeys-eviction", "allow"),
+        ],
+    )
+    .unwrap();
+    let _ = acquire(&mut con, LEASE_KEY, HOLDER).unwrap().unwrap();
+
+    // The invalidations go to one subscribed client, so each costs the server a message.
+    let mut sink = server.client();
+    let sink_id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut sink).unwrap();
+    let mut pubsub = sink.as_pubsub();
+    pubsub.subscribe("__redis__:invalidate").unwrap();
+    let trackers: Vec<Connection> = (0..TRACKERS)
+        .map(|_| {
+            let mut c = server.client();
+            let _: Value = redis::pipe()
+                .cmd("CLIENT")
+                .arg("TRACKING")
+                .arg("ON")
+                .arg("REDIRECT")
+                .arg(sink_id)
+                .cmd("LEASE.INFO")
+                .arg(LEASE_KEY)
+                .query(&mut c)
+                .unwrap();
+            c
+        })
+        .collect();
+
+    let warned_before = eviction_warnings(&server).len();
+    evict_now(&server, &mut con);
+    assert_eq!(
+        key_type(&mut con, LEASE_KEY),
+        "none",
+        "{flavor}: not evicted"
+    );
+    assert_eq!(
+        lease_stat(&server, "lease_evicted"),
+        1,
+        "{flavor}: the evicted live lease was not counted"
+    );
+    assert_eq!(
+        eviction_warnings(&server).len() - warned_before,
+        1,
+        "{flavor}: the evicted live lease was not logged"
+    );
+    drop(trackers);
+});
