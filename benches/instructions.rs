@@ -22,28 +22,26 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
-// Shared with the compare bench, which uses all of it.
+// Shared with the compare bench, which uses all of them.
 #[allow(dead_code)]
 #[path = "support/resp.rs"]
 mod resp;
+#[allow(dead_code)]
+#[path = "support/workload.rs"]
+mod workload;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{Flavor, Server, ServerOptions};
-use resp::{decimal, encode, Conn, Reply};
-
-const RENEW_LUA: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
-     return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
-const RELEASE_LUA: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
-     return redis.call('del', KEYS[1]) else return 0 end";
+use resp::{decimal, encode, Conn};
+use workload::{
+    acquire, drive, eval_release, eval_renew, is_one, key, load_scripts, release, renew,
+    server_version, set_nx_px, token, Scripts, CHUNK, COUNTER_KEYS,
+};
 
 const TTL: &[u8] = b"3600000";
-/// Resources / counters that `LEASE.FENCE` / `INCR` cycle through.
-const COUNTERS: usize = 1024;
-/// Commands per pipeline.
-const CHUNK: usize = 500;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Step {
@@ -189,8 +187,10 @@ fn parse_options() -> Options {
                 options.calls = v
                     .parse::<usize>()
                     .ok()
-                    .filter(|&n| n >= COUNTERS)
-                    .unwrap_or_else(|| fail(&format!("bad --calls {v:?} (at least {COUNTERS})")));
+                    .filter(|&n| n >= COUNTER_KEYS)
+                    .unwrap_or_else(|| {
+                        fail(&format!("bad --calls {v:?} (at least {COUNTER_KEYS})"))
+                    });
             }
             "--out" => options.out = Some(PathBuf::from(value("--out"))),
             "-h" | "--help" => {
@@ -312,114 +312,67 @@ fn call_cost(dump: &str, path: &Path) -> (u64, u64) {
     (cost, entered)
 }
 
-fn key(i: usize) -> Vec<u8> {
-    format!("ir:{i:08}").into_bytes()
-}
-
-fn token(i: usize) -> Vec<u8> {
-    // 32 hex characters, distinct per key.
-    format!(
-        "{:032x}",
-        (i as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835)
-    )
-    .into_bytes()
-}
-
-/// Sends `n` commands in pipelines and checks every reply.
-fn drive(
-    conn: &mut Conn,
-    n: usize,
-    step: Step,
-    make: impl Fn(usize, &mut Vec<u8>),
-    check: impl Fn(&Reply) -> bool,
-) {
-    let mut buf = Vec::new();
-    for from in (0..n).step_by(CHUNK) {
-        let to = (from + CHUNK).min(n);
-        buf.clear();
-        (from..to).for_each(|i| make(i, &mut buf));
-        conn.send(&buf)
-            .unwrap_or_else(|e| panic!("{step:?}: cannot send: {e}"));
-        for i in from..to {
-            let reply = conn
-                .read()
-                .unwrap_or_else(|e| panic!("{step:?}: cannot read reply {i}: {e}"));
-            if !check(&reply) {
-                panic!("{step:?}: unexpected reply to command {i}: {reply:?}");
-            }
-        }
-    }
-}
-
-fn run_step(conn: &mut Conn, step: Step, n: usize, renew_sha: &[u8], release_sha: &[u8]) {
-    let one = |r: &Reply| r.int() == Some(1);
+/// Sends step `step`'s `n` commands, checking every reply.
+fn run_step(conn: &mut Conn, step: Step, n: usize, scripts: &Scripts) {
+    let k = |i: usize| key("ir", i);
+    let counter = |i: usize| key("counter", i % COUNTER_KEYS);
+    let what = step.label();
     match step {
         Step::Acquire => drive(
             conn,
             n,
-            step,
-            |i, b| encode(b, &[b"LEASE.ACQUIRE", &key(i), TTL, b"TOKEN", &token(i)]),
-            Reply::is_grant,
+            what,
+            |i, b| acquire(b, &k(i), &token(i), TTL),
+            |_, r| r.is_grant(),
         ),
         Step::Renew => drive(
             conn,
             n,
-            step,
-            |i, b| encode(b, &[b"LEASE.RENEW", &key(i), &token(i), TTL]),
-            one,
+            what,
+            |i, b| renew(b, &k(i), &token(i), TTL),
+            |_, r| is_one(r),
         ),
         Step::Release => drive(
             conn,
             n,
-            step,
-            |i, b| encode(b, &[b"LEASE.RELEASE", &key(i), &token(i)]),
-            one,
+            what,
+            |i, b| release(b, &k(i), &token(i)),
+            |_, r| is_one(r),
         ),
         Step::SetNxPx => drive(
             conn,
             n,
-            step,
-            |i, b| encode(b, &[b"SET", &key(i), &token(i), b"NX", b"PX", TTL]),
-            Reply::is_ok,
+            what,
+            |i, b| set_nx_px(b, &k(i), &token(i), TTL),
+            |_, r| r.is_ok(),
         ),
         Step::EvalRenew => drive(
             conn,
             n,
-            step,
-            |i, b| encode(b, &[b"EVALSHA", renew_sha, b"1", &key(i), &token(i), TTL]),
-            one,
+            what,
+            |i, b| eval_renew(b, &scripts.renew, &k(i), &token(i), TTL),
+            |_, r| is_one(r),
         ),
         Step::EvalRelease => drive(
             conn,
             n,
-            step,
-            |i, b| encode(b, &[b"EVALSHA", release_sha, b"1", &key(i), &token(i)]),
-            one,
+            what,
+            |i, b| eval_release(b, &scripts.release, &k(i), &token(i)),
+            |_, r| is_one(r),
         ),
         Step::Incr => drive(
             conn,
             n,
-            step,
-            |i, b| {
-                encode(
-                    b,
-                    &[b"INCR", format!("counter:{}", i % COUNTERS).as_bytes()],
-                )
-            },
-            |r| r.int().is_some(),
+            what,
+            |i, b| encode(b, &[b"INCR", &counter(i)]),
+            |_, r| r.int().is_some(),
         ),
         Step::Fence => drive(
             conn,
             n,
-            step,
-            |i, b| {
-                let resource = format!("resource:{}", i % COUNTERS);
-                encode(
-                    b,
-                    &[b"LEASE.FENCE", resource.as_bytes(), &decimal(i as u64 + 1)],
-                )
-            },
-            |r| r.int().is_some(),
+            what,
+            |i, b| encode(b, &[b"LEASE.FENCE", &counter(i), &decimal(i as u64 + 1)]),
+            |_, r| r.int().is_some(),
         ),
     }
 }
@@ -452,28 +405,13 @@ fn count(flavor: Flavor, n: usize) -> Counts {
     let mut counted = Counted::start(flavor);
     let mut conn = Conn::connect(counted.server.port)
         .unwrap_or_else(|e| panic!("cannot connect to {flavor}: {e}"));
-    let info = conn.must(&["INFO", "server"]).text();
-    let version = match (
-        common::info_field(&info, "valkey_version"),
-        common::info_field(&info, "redis_version"),
-    ) {
-        (Some(v), _) => format!("Valkey {v}"),
-        (None, Some(v)) => format!("Redis {v}"),
-        _ => "unknown".to_string(),
-    };
-    let renew_sha = conn.must(&["SCRIPT", "LOAD", RENEW_LUA]).text();
-    let release_sha = conn.must(&["SCRIPT", "LOAD", RELEASE_LUA]).text();
+    let version = server_version(&counted.server);
+    let scripts = load_scripts(&mut conn);
     let mut per_call = Vec::new();
     for step in Step::ALL {
         conn.must(&["SELECT", step.db()]);
         counted.zero();
-        run_step(
-            &mut conn,
-            step,
-            n,
-            renew_sha.as_bytes(),
-            release_sha.as_bytes(),
-        );
+        run_step(&mut conn, step, n, &scripts);
         let ir = counted.per_call(n);
         eprintln!(
             "instructions: {flavor} {:<36} {ir:>8.0} per call",
@@ -496,7 +434,7 @@ fn report(all: &[Counts], n: usize) -> (String, bool) {
         "# Instructions per command: redis-lease vs `SET NX PX` + Lua\n\n\
          Written by `scripts/instructions`; do not edit by hand. Each server runs under \
          callgrind; each step is {n} commands in pipelines of {CHUNK}, on distinct keys \
-         with 32-hex-character tokens (`INCR` and `LEASE.FENCE` on {COUNTERS} counters \
+         with 32-hex-character tokens (`INCR` and `LEASE.FENCE` on {COUNTER_KEYS} counters \
          and resources), every reply checked. A command's cost is the inclusive cost of \
          the server's `call()` (the command, what it replicates, the server's bookkeeping; \
          not parsing the request or writing to the socket), divided by the number of \
