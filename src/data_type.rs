@@ -260,12 +260,11 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
             let Some((db, key)) = unlinked_key(ctx) else {
                 return;
             };
-            let copy = value
+            let live = value
                 .cast::<Lease>()
                 .as_ref()
-                .filter(|l| l.is_live(rm::now_ms()))
-                .map(|l| eviction::Saved::Lease(l.clone()));
-            eviction::note_unlinked(db, key, copy);
+                .filter(|l| l.is_live(rm::now_ms()));
+            eviction::note_unlinked(db, key, live.map(|l| || eviction::Saved::Lease(l.clone())));
         },
     )
 }
@@ -278,11 +277,8 @@ unsafe extern "C" fn resource_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value:
         || (),
         || {
             if let Some((db, key)) = unlinked_key(ctx) {
-                let copy = value
-                    .cast::<Resource>()
-                    .as_ref()
-                    .map(|r| eviction::Saved::Resource(*r));
-                eviction::note_unlinked(db, key, copy);
+                let record = value.cast::<Resource>().as_ref();
+                eviction::note_unlinked(db, key, record.map(|r| || eviction::Saved::Resource(*r)));
             }
         },
     )

@@ -207,14 +207,16 @@ unsafe extern "C" fn on_key_event(
 }
 
 /// Called by the types' unlink callbacks on every removal of one of our
-/// values: on servers without key events, keeps a copy of a live lease or
-/// a record in case this removal is an eviction (memory is over the limit),
-/// and forgets any older copy either way.
-pub fn note_unlinked(db: i32, key: &[u8], value: Option<Saved>) {
+/// values, with a way to copy it when it is a live lease or a record: on
+/// servers without key events, takes the copy in case this removal is an
+/// eviction (memory is over the limit), and forgets any older copy either
+/// way.
+pub fn note_unlinked(db: i32, key: &[u8], copy: Option<impl FnOnce() -> Saved>) {
     if KEY_EVENTS.load(Ordering::Relaxed) {
         return;
     }
-    keep(value.filter(|_| over_maxmemory()).map(|value| Unlinked {
+    let value = copy.filter(|_| over_maxmemory()).map(|copy| copy());
+    keep(value.map(|value| Unlinked {
         db,
         key: key.into(),
         value,
