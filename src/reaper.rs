@@ -17,6 +17,10 @@ use crate::lease::Lease;
 use crate::node::{self, STATS};
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
+/// How soon a timer that found writes paused looks again: pauses end at a
+/// time only the server knows, and expiry resumes within this of it.
+const PAUSED_RETRY_MS: i64 = 10;
+
 /// Keys a rebuild scan visits per tick.
 const SCAN_BUDGET: usize = 2_000;
 
@@ -95,6 +99,18 @@ pub fn resignal_later(ctx: Ctx, db: i32, key: &[u8]) {
 /// # Safety
 /// Called by Redis as a module timer callback.
 unsafe extern "C" fn resignal_tick(ctx: Ctx, _data: *mut c_void) {
+    if rm::writes_paused() {
+        // Serving a waiter writes: try again once the pause ends.
+        unsafe {
+            api!(RedisModule_CreateTimer)(
+                ctx,
+                PAUSED_RETRY_MS,
+                Some(resignal_tick),
+                std::ptr::null_mut(),
+            )
+        };
+        return;
+    }
     RESIGNAL_ARMED.store(false, Ordering::Relaxed);
     rm::guard("waiter resignal", || (), || resignal(ctx));
 }
@@ -106,6 +122,11 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
         let interval = config::reap_interval_ms();
         if !node::is_primary() {
             return interval;
+        }
+        if rm::writes_paused() {
+            // Deleting or handing over an expired lease writes; the server's
+            // own active expiry waits out a pause the same way.
+            return PAUSED_RETRY_MS;
         }
         let now = rm::now_ms();
         let batch = config::reap_batch();

@@ -96,6 +96,15 @@ pub fn replaying_aof(ctx: Ctx) -> bool {
     unsafe { api!(RedisModule_GetClientId)(ctx) == AOF_CLIENT_ID }
 }
 
+/// Whether the server pauses writes (`CLIENT PAUSE`, `FAILOVER`, a manual
+/// cluster failover, a shutdown waiting for replicas). Work outside a client
+/// command (timers, jobs) must then neither write nor propagate: the server
+/// asserts that nothing reaches its replicas or AOF while paused, and keeps
+/// the dataset still as its own expiry and eviction do.
+pub fn writes_paused() -> bool {
+    unsafe { api!(RedisModule_AvoidReplicaTraffic)() != 0 }
+}
+
 pub fn selected_db(ctx: Ctx) -> i32 {
     unsafe { api!(RedisModule_GetSelectedDb)(ctx) }
 }
