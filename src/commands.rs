@@ -556,7 +556,7 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
         Ok(parsed) => parsed,
         Err(e) => return rm::reply_error(ctx, e),
     };
-    node::fences().observe(fence);
+    node::fences().observe(fence, rm::now_ms());
     let Some(mut key) = Key::open_write(ctx, *key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
     };

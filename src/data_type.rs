@@ -292,7 +292,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
         || raw::REDISMODULE_ERR as c_int,
         || match encoding::decode_sequence(&mut Io(rdb), encver) {
             Ok(last) => {
-                node::fences().observe(last);
+                node::fences().observe(last, rm::now_ms());
                 raw::REDISMODULE_OK as c_int
             }
             Err(what) => {

@@ -208,14 +208,14 @@ fn track(ctx: Ctx, name: RString) {
     };
     match key.value::<Lease>(lease_type()) {
         Slot::Ours(lease) => {
-            node::fences().observe(lease.fence());
+            node::fences().observe(lease.fence(), rm::now_ms());
             // A new name: whatever the lease's mark says is about the old one.
             lease.set_index_mark(None);
             node::index_lease(rm::selected_db(ctx), rm::bytes(name), lease);
         }
         Slot::WrongType => {
             if let Slot::Ours(record) = key.value::<Resource>(resource_type()) {
-                node::fences().observe(record.highest());
+                node::fences().observe(record.highest(), rm::now_ms());
             }
         }
         Slot::Empty => {}

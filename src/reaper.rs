@@ -312,6 +312,6 @@ unsafe extern "C" fn index_scanned_key(
         let due = lease.deadline().unwrap_or(0);
         node::index().insert(due, state.db, rm::bytes(name));
         lease.set_index_mark(Some(due));
-        node::fences().observe(lease.fence());
+        node::fences().observe(lease.fence(), rm::now_ms());
     }
 }
