@@ -187,6 +187,9 @@ fn parse_acquire(args: &[RString]) -> Result<(RString, args::Acquire<'_, RString
 }
 
 fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
+    if !writable(ctx) {
+        return rm::reply_error(ctx, error::READONLY);
+    }
     let (key_name, parsed) = match parse_acquire(args) {
         Ok(p) => p,
         Err(e) => return rm::reply_error(ctx, e),
@@ -264,6 +267,9 @@ pub extern "C" fn renew_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
 }
 
 fn renew(ctx: Ctx, args: &[RString]) -> c_int {
+    if !writable(ctx) {
+        return rm::reply_error(ctx, error::READONLY);
+    }
     let [_, key_name, token_arg, ttl] = args else {
         return rm::reply_error(
             ctx,
@@ -301,6 +307,9 @@ pub extern "C" fn release_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> 
 }
 
 fn release(ctx: Ctx, args: &[RString]) -> c_int {
+    if !writable(ctx) {
+        return rm::reply_error(ctx, error::READONLY);
+    }
     let [_, key_name, token] = args else {
         return rm::reply_error(
             ctx,
@@ -409,6 +418,9 @@ pub extern "C" fn fence_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
 }
 
 fn fence(ctx: Ctx, args: &[RString]) -> c_int {
+    if !writable(ctx) {
+        return rm::reply_error(ctx, error::READONLY);
+    }
     let [_, resource, fence_arg, inner_args @ ..] = args else {
         return rm::reply_error(
             ctx,
@@ -543,6 +555,14 @@ fn from_master_or_aof(ctx: Ctx) -> bool {
     rm::replaying_aof(ctx)
         || (!node::is_primary()
             && rm::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_REPLICATED != 0)
+}
+
+/// Whether this node may decide a write: a primary, or a replica applying
+/// what its master or the AOF says. A writable replica
+/// (`replica-read-only no`) takes other writes to its own keys, never to
+/// leases: a grant there would be a second holder nobody else sees.
+fn writable(ctx: Ctx) -> bool {
+    node::is_primary() || from_master_or_aof(ctx)
 }
 
 fn apply(ctx: Ctx, args: &[RString]) -> c_int {

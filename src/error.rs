@@ -26,6 +26,7 @@ pub const FENCE_CALL_REFUSED: &CStr =
     c"ERR LEASE.FENCE: the server refused to run the inner command";
 pub const INTERNAL_ONLY: &CStr =
     c"ERR LEASE.APPLY only replays effects from a master or the AOF; clients cannot call it";
+pub const READONLY: &CStr = c"READONLY You can't write against a read only replica.";
 pub const APPLY_ARGS: &CStr = c"ERR LEASE.APPLY: malformed effect";
 pub const INTERNAL: &CStr = c"ERR redis-lease internal error (see the server log)";
 pub const BLOCK_UNSUPPORTED: &CStr =
