@@ -46,44 +46,213 @@ pub fn reap_interval_ms() -> i64 {
         .clamp(REAP_HZ_MIN, REAP_HZ_MAX)
 }
 
-/// The configs a `loadmodule` line may set, as `<name> <value>` pairs.
-pub const NAMES: &[&str] = &["reap-batch", "reap-hz", "max-waiters", "allkeys-eviction"];
+/// A numeric config: name, the static it sets, bounds.
+struct Numeric {
+    name: &'static str,
+    value: &'static AtomicI64,
+    min: i64,
+    max: i64,
+}
 
-/// Rejects `loadmodule` arguments that would otherwise be ignored silently:
-/// an unknown name, a `lease.` prefix, a name without a value.
-pub fn check_module_args<'a>(args: impl Iterator<Item = &'a [u8]>) -> Result<(), String> {
+const NUMERIC: &[Numeric] = &[
+    Numeric {
+        name: "reap-batch",
+        value: &REAP_BATCH,
+        min: REAP_BATCH_MIN,
+        max: REAP_BATCH_MAX,
+    },
+    Numeric {
+        name: "reap-hz",
+        value: &REAP_HZ,
+        min: REAP_HZ_MIN,
+        max: REAP_HZ_MAX,
+    },
+    Numeric {
+        name: "max-waiters",
+        value: &MAX_WAITERS,
+        min: MAX_WAITERS_MIN,
+        max: MAX_WAITERS_MAX,
+    },
+];
+
+/// The one config whose value is a name.
+pub const ALLKEYS_EVICTION: &str = "allkeys-eviction";
+pub const ALLKEYS_EVICTION_CHOICES: &[&str] = &["refuse", "restore", "allow"];
+
+/// The configs a `loadmodule` line may set, as `<name> <value>` pairs.
+pub const NAMES: &[&str] = &["reap-batch", "reap-hz", "max-waiters", ALLKEYS_EVICTION];
+
+/// One `loadmodule` argument pair, checked.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Setting {
+    Number(&'static str, i64),
+    /// `allkeys-eviction` and its value, one of `ALLKEYS_EVICTION_CHOICES`.
+    AllkeysEviction(&'static str),
+}
+
+/// Checks `loadmodule` arguments as `CONFIG SET` would: an unknown name, a
+/// `lease.` prefix, a name without a value, a value that is not a number
+/// in range or not a known choice each fail the load with a message that
+/// names the argument. `restore_supported`: whether this server can run
+/// `allkeys-eviction restore`.
+pub fn parse_module_args<'a>(
+    args: impl Iterator<Item = &'a [u8]>,
+    restore_supported: bool,
+) -> Result<Vec<Setting>, String> {
     let args: Vec<&[u8]> = args.collect();
+    let mut settings = Vec::new();
     for pair in args.chunks(2) {
         let name = String::from_utf8_lossy(pair[0]);
-        if !NAMES.contains(&name.as_ref()) {
+        let Some(&known) = NAMES.iter().find(|&&n| n == name) else {
             return Err(format!(
-                "unknown module argument '{name}': pass configs as '<name> <value>' pairs, names: {}",
+                "unknown module argument '{}': pass configs as '<name> <value>' pairs, names: {}",
+                printable(&name),
                 NAMES.join(", ")
             ));
+        };
+        let Some(raw) = pair.get(1) else {
+            return Err(format!("module argument '{known}' has no value"));
+        };
+        let value = String::from_utf8_lossy(raw);
+        if known == ALLKEYS_EVICTION {
+            let Some(&choice) = ALLKEYS_EVICTION_CHOICES.iter().find(|&&c| c == value) else {
+                return Err(format!(
+                    "module argument '{known}' must be one of {}, not '{}'",
+                    ALLKEYS_EVICTION_CHOICES.join(", "),
+                    printable(&value)
+                ));
+            };
+            if choice == "restore" && !restore_supported {
+                return Err(format!(
+                    "module argument '{known} restore' needs post-notification jobs (Redis 7.2.4 or newer, or Valkey); use refuse or allow"
+                ));
+            }
+            settings.push(Setting::AllkeysEviction(choice));
+            continue;
         }
-        if pair.len() < 2 {
-            return Err(format!("module argument '{name}' has no value"));
+        let Some(numeric) = NUMERIC.iter().find(|n| n.name == known) else {
+            return Err(format!("module argument '{known}' is not settable"));
+        };
+        match value.parse::<i64>() {
+            Ok(v) if (numeric.min..=numeric.max).contains(&v) => {
+                settings.push(Setting::Number(known, v));
+            }
+            _ => {
+                return Err(format!(
+                    "module argument '{known}' must be an integer from {} to {}, not '{}'",
+                    numeric.min,
+                    numeric.max,
+                    printable(&value)
+                ))
+            }
         }
     }
-    Ok(())
+    Ok(settings)
+}
+
+/// Stores a checked numeric setting.
+pub fn apply_number(name: &str, value: i64) {
+    if let Some(numeric) = NUMERIC.iter().find(|n| n.name == name) {
+        numeric.value.store(value, Ordering::Relaxed);
+    }
+}
+
+/// A client-chosen text as a log line may show it: no control characters,
+/// at most 64 characters.
+fn printable(s: &str) -> String {
+    s.chars()
+        .take(64)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn check(args: &[&str]) -> Result<(), String> {
-        check_module_args(args.iter().map(|a| a.as_bytes()))
+    fn parse(args: &[&str], restore: bool) -> Result<Vec<Setting>, String> {
+        parse_module_args(args.iter().map(|a| a.as_bytes()), restore)
     }
 
     #[test]
     fn module_args_are_name_value_pairs_of_known_configs() {
-        assert!(check(&[]).is_ok());
-        assert!(check(&["reap-hz", "50", "allkeys-eviction", "allow"]).is_ok());
-        assert!(check(&["lease.reap-hz", "50"])
+        assert_eq!(parse(&[], true), Ok(vec![]));
+        assert_eq!(
+            parse(&["reap-hz", "50", "allkeys-eviction", "allow"], false),
+            Ok(vec![
+                Setting::Number("reap-hz", 50),
+                Setting::AllkeysEviction("allow")
+            ])
+        );
+        assert!(parse(&["lease.reap-hz", "50"], true)
             .unwrap_err()
             .contains("unknown"));
-        assert!(check(&["reap-hz"]).unwrap_err().contains("no value"));
-        assert!(check(&["bogus", "1"]).is_err());
+        assert!(parse(&["reap-hz"], true).unwrap_err().contains("no value"));
+        assert!(parse(&["bogus", "1"], true).is_err());
+    }
+
+    #[test]
+    fn module_arg_values_are_checked_as_config_set_checks_them() {
+        // (arguments, restore supported, what the error names)
+        let refused: &[(&[&str], bool, &str)] = &[
+            (
+                &["reap-hz", "0"],
+                true,
+                "'reap-hz' must be an integer from 1 to 1000, not '0'",
+            ),
+            (
+                &["reap-hz", "-1"],
+                true,
+                "'reap-hz' must be an integer from 1 to 1000",
+            ),
+            (&["reap-hz", "99999999"], true, "not '99999999'"),
+            (
+                &["reap-hz", "abc"],
+                true,
+                "'reap-hz' must be an integer from 1 to 1000, not 'abc'",
+            ),
+            (
+                &["reap-batch", "0"],
+                true,
+                "'reap-batch' must be an integer from 1 to 100000",
+            ),
+            (
+                &["max-waiters", "0"],
+                true,
+                "'max-waiters' must be an integer from 1 to 1000000",
+            ),
+            (
+                &["max-waiters", ""],
+                true,
+                "'max-waiters' must be an integer",
+            ),
+            (
+                &["allkeys-eviction", "maybe"],
+                true,
+                "one of refuse, restore, allow, not 'maybe'",
+            ),
+            (
+                &["allkeys-eviction", "restore"],
+                false,
+                "needs post-notification jobs",
+            ),
+            (&["reap-hz", "a\nb"], true, "not 'a?b'"),
+            (&["x\ny", "1"], true, "unknown module argument 'x?y'"),
+        ];
+        for (args, restore, names) in refused {
+            let e = parse(args, *restore).expect_err(&format!("{args:?}"));
+            assert!(e.contains(names), "{args:?}: {e}");
+            assert!(!e.contains('\n'), "{args:?}: {e}");
+        }
+        let accepted: &[&[&str]] = &[
+            &["reap-hz", "1"],
+            &["reap-hz", "1000"],
+            &["reap-batch", "100000"],
+            &["max-waiters", "1000000"],
+            &["allkeys-eviction", "restore"],
+        ];
+        for args in accepted {
+            assert!(parse(args, true).is_ok(), "{args:?}");
+        }
     }
 }

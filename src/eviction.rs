@@ -74,6 +74,16 @@ impl ConfigurationValue<AllkeysEviction> for Mode {
 }
 
 impl Mode {
+    /// Sets the mode from a name `config::parse_module_args` checked.
+    pub fn set_named(&self, choice: &str) {
+        let mode = match choice {
+            "restore" => AllkeysEviction::restore,
+            "allow" => AllkeysEviction::allow,
+            _ => AllkeysEviction::refuse,
+        };
+        self.0.store(mode as i32, Ordering::Relaxed);
+    }
+
     pub fn current(&self) -> AllkeysEviction {
         AllkeysEviction::try_from(self.0.load(Ordering::Relaxed)).unwrap_or(AllkeysEviction::refuse)
     }

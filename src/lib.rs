@@ -36,9 +36,21 @@ const ALLOCATOR: Allocator = std::alloc::System;
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let raw_ctx = ctx.ctx;
-    if let Err(e) = config::check_module_args(args.iter().map(|a| a.as_slice())) {
-        rm::log_warning(raw_ctx, &format!("redis-lease: {e}"));
-        return Status::Err;
+    // Module arguments are checked and applied here, not by the configs'
+    // registration, which neither range-checks them nor names a bad one.
+    let settings = config::parse_module_args(
+        args.iter().map(|a| a.as_slice()),
+        eviction::restore_supported(),
+    );
+    match settings {
+        Ok(settings) => settings.into_iter().for_each(|s| match s {
+            config::Setting::Number(name, value) => config::apply_number(name, value),
+            config::Setting::AllkeysEviction(choice) => eviction::MODE.set_named(choice),
+        }),
+        Err(e) => {
+            rm::log_warning(raw_ctx, &format!("redis-lease: {e}"));
+            return Status::Err;
+        }
     }
     unsafe {
         rm::api!(RedisModule_SetModuleOptions)(
@@ -84,6 +96,6 @@ redis_module! {
         enum: [
             ["allkeys-eviction", &eviction::MODE, eviction::AllkeysEviction::refuse, ConfigurationFlags::DEFAULT, None],
         ],
-        module_args_as_configuration: true,
+        module_args_as_configuration: false,
     ]
 }

@@ -52,9 +52,14 @@ pub fn log_warning(ctx: Ctx, msg: &str) {
     log(ctx, c"warning", msg);
 }
 
+/// Writes `msg` to the server log. Control characters (a key name is any
+/// bytes a client chose) become `?`, so one call is one log line.
 fn log(ctx: Ctx, level: &CStr, msg: &str) {
     let mut buf = Vec::with_capacity(msg.len() + 1);
-    buf.extend(msg.bytes().filter(|&b| b != 0));
+    buf.extend(
+        msg.bytes()
+            .map(|b| if b < 0x20 || b == 0x7f { b'?' } else { b }),
+    );
     buf.push(0);
     unsafe { api!(RedisModule_Log)(ctx, level.as_ptr(), c"%s".as_ptr(), buf.as_ptr()) };
 }
