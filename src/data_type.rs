@@ -127,7 +127,7 @@ impl Reader for Io {
 /// replication.
 unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     rm::guard("lease-key load", std::ptr::null_mut, || {
-        match encoding::decode_lease(&mut Io(rdb), encver) {
+        match encoding::decode_lease(&mut Io(rdb), encver, rm::now_ms()) {
             Ok(lease) => {
                 // The fence it carries raises the sequence once the key is
                 // really stored (the `restore` event, a rescan): Redis may still

@@ -4,7 +4,9 @@
 //! checked; anything out of range refuses the load instead of building a
 //! lease the rest of the module would trust.
 
-use crate::lease::{Holder, Lease, Resource, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN};
+use crate::lease::{
+    Holder, Lease, Resource, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS,
+};
 
 /// The encoding version this build writes and reads.
 pub const ENCODING_VERSION: i32 = 1;
@@ -18,7 +20,11 @@ pub trait Reader {
 
 /// lease-key, version 1: `fence`, `deadline_ms` (0 when free), `token`
 /// (empty when free).
-pub fn decode_lease(r: &mut impl Reader, encver: i32) -> Result<Lease, &'static str> {
+///
+/// `now_ms` bounds the deadline: no grant reaches past now + the longest
+/// ttl, so a later deadline is a crafted or corrupt value, as is a deadline
+/// without a token.
+pub fn decode_lease(r: &mut impl Reader, encver: i32, now_ms: u64) -> Result<Lease, &'static str> {
     if encver != ENCODING_VERSION {
         return Err("a lease-key of an unknown encoding version");
     }
@@ -31,12 +37,14 @@ pub fn decode_lease(r: &mut impl Reader, encver: i32) -> Result<Lease, &'static 
     if token.len() > MAX_TOKEN_LEN {
         return Err("a lease-key whose token is longer than 256 bytes");
     }
-    let holder = if token.is_empty() {
-        None
-    } else if deadline_ms == 0 || deadline_ms > MAX_DEADLINE_MS {
-        return Err("a lease-key with an impossible deadline");
-    } else {
-        Some(Holder { token, deadline_ms })
+    let latest = now_ms.saturating_add(MAX_TTL_MS).min(MAX_DEADLINE_MS);
+    let holder = match (token.is_empty(), deadline_ms) {
+        (true, 0) => None,
+        (true, _) => return Err("a lease-key with a deadline but no token"),
+        (false, d) if d == 0 || d > latest => {
+            return Err("a lease-key with an impossible deadline")
+        }
+        (false, _) => Some(Holder { token, deadline_ms }),
     };
     Ok(Lease::from_parts(holder, fence))
 }
@@ -100,14 +108,22 @@ mod tests {
 
     use Value::{B, U};
 
+    const NOW: u64 = 1_800_000_000_000;
+
     #[test]
     fn lease_round_trip_values() {
         let mut r = reader(vec![Some(U(7)), Some(U(1000)), Some(B(b"tok"))]);
-        let lease = decode_lease(&mut r, 1).expect("valid");
+        let lease = decode_lease(&mut r, 1, NOW).expect("valid");
         assert_eq!(lease.fence(), 7);
         assert_eq!(lease.holder().map(|h| h.deadline_ms), Some(1000));
         let mut r = reader(vec![Some(U(7)), Some(U(0)), Some(B(b""))]);
-        assert!(decode_lease(&mut r, 1).expect("free").holder().is_none());
+        assert!(decode_lease(&mut r, 1, NOW)
+            .expect("free")
+            .holder()
+            .is_none());
+        let latest = NOW + MAX_TTL_MS;
+        let mut r = reader(vec![Some(U(7)), Some(U(latest)), Some(B(b"tok"))]);
+        assert!(decode_lease(&mut r, 1, NOW).is_ok(), "the longest ttl");
     }
 
     #[test]
@@ -130,9 +146,16 @@ mod tests {
             ),
             (1, vec![Some(U(7)), Some(U(u64::MAX)), Some(B(b"tok"))]),
             (1, vec![Some(U(7)), Some(U(1000)), Some(B(long))]),
+            // a deadline past now + the longest ttl
+            (
+                1,
+                vec![Some(U(7)), Some(U(NOW + MAX_TTL_MS + 1)), Some(B(b"tok"))],
+            ),
+            // a deadline without a holder
+            (1, vec![Some(U(7)), Some(U(1000)), Some(B(b""))]),
         ];
         for (encver, values) in cases {
-            assert!(decode_lease(&mut reader(values), encver).is_err());
+            assert!(decode_lease(&mut reader(values), encver, NOW).is_err());
         }
     }
 
