@@ -73,7 +73,7 @@ fn bench_lease(c: &mut Criterion) {
     });
     g.bench_function("fence next", |b| {
         let mut fences = FenceSequence::new();
-        b.iter(|| black_box(fences.next(black_box(T0))))
+        b.iter(|| black_box(fences.next(0, black_box(T0))))
     });
     g.finish();
 }

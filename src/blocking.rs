@@ -54,7 +54,7 @@ pub fn waiters_on(ctx: Ctx, key: RString) -> usize {
 /// non-blocking acquire does.
 pub fn block(ctx: Ctx, key: RString, token: &[u8], ttl_ms: u64, timeout_ms: u64) -> c_int {
     if !may_block(ctx) {
-        return rm::reply_null(ctx);
+        return rm::reply_null_array(ctx);
     }
     let db = rm::selected_db(ctx);
     let name = rm::bytes(key);
@@ -152,6 +152,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 Slot::Empty => (&mut fresh, false),
                 Slot::Ours(lease) => (lease, true),
             };
+            let had_holder = lease.deadline().is_some();
             let fence = match lease.acquire(
                 &waiter.token,
                 waiter.ttl_ms,
@@ -159,7 +160,13 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 false,
                 &mut node::fences(),
             ) {
-                Ok(Acquire::Granted { fence }) | Ok(Acquire::Retried { fence }) => fence,
+                Ok(Acquire::Granted { fence }) => {
+                    if had_holder {
+                        crate::commands::expired_before_reaping(ctx, key_name);
+                    }
+                    fence
+                }
+                Ok(Acquire::Retried { fence }) => fence,
                 Ok(Acquire::Busy) => return ERR,
                 Err(_) => {
                     rm::reply_error(ctx, error::FENCE_EXHAUSTED);
@@ -190,7 +197,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
 /// Called by Redis for a client blocked by `block`.
 unsafe extern "C" fn waiter_timed_out(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
     node::bump(&STATS.block_timeouts);
-    rm::reply_null(ctx);
+    rm::reply_null_array(ctx);
     OK
 }
 

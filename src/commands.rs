@@ -217,6 +217,8 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     };
     // Clients already waiting get a free lease before this caller does.
     let queue_ahead = crate::blocking::has_waiters(ctx, key_name);
+    // A grant over a holder is a grant over an expired one.
+    let had_holder = lease.deadline().is_some();
     let outcome = lease.acquire(token, parsed.ttl_ms, now, queue_ahead, &mut node::fences());
     let fence = match outcome {
         Err(_) => return rm::reply_error(ctx, error::FENCE_EXHAUSTED),
@@ -231,11 +233,14 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
                 Some(timeout) => {
                     crate::blocking::block(ctx, key_name, token, parsed.ttl_ms, timeout)
                 }
-                None => rm::reply_null(ctx),
+                None => rm::reply_null_array(ctx),
             };
         }
         Ok(Acquire::Granted { fence }) => {
             node::bump(&STATS.grants);
+            if had_holder {
+                expired_before_reaping(ctx, key_name);
+            }
             fence
         }
         Ok(Acquire::Retried { fence }) => {
@@ -251,6 +256,13 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     granted(ctx, key_name, lease, wire);
     drop(key);
     reply_grant(ctx, token, fence)
+}
+
+/// A grant took over a lease that had expired before the reaper reached
+/// it: the expiry is announced and counted here, as the reaper would have.
+pub fn expired_before_reaping(ctx: Ctx, key: RString) {
+    node::bump(&STATS.expired);
+    rm::notify(ctx, c"lease.expire", key);
 }
 
 /// The effects of a grant (new or repeated) to `token` on an open lease:
@@ -333,7 +345,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         if lease.is_none() {
             return rm::reply_integer(ctx, 0);
         }
-        key.delete();
+        data_type::delete(&mut key);
         drop(key);
         rm::notify(ctx, c"lease.release", *key_name);
         return rm::reply_integer(ctx, 1);
@@ -353,7 +365,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         node::index().remove(at, rm::selected_db(ctx), rm::bytes(*key_name));
     }
     if !crate::blocking::has_waiters(ctx, *key_name) {
-        key.delete();
+        data_type::delete(&mut key);
         // Replicas and the AOF replay the call itself as this deletion,
         // which costs less than building a `DEL` to send instead.
         rm::replicate_verbatim(ctx);

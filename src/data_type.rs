@@ -13,12 +13,14 @@
 //! - aux (before the keyspace): the fence sequence's `last` (unsigned)
 
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::args;
 use crate::encoding::{self, Reader};
+use crate::events;
 use crate::eviction;
 use crate::lease::{Lease, Resource};
 use crate::node::{self, STATS};
@@ -90,6 +92,18 @@ pub fn resource_type() -> *mut raw::RedisModuleType {
 pub fn store_lease(key: &mut Key, lease: Lease) -> &mut Lease {
     node::bump(&STATS.lease_keys);
     key.set(lease_type(), Box::new(lease))
+}
+
+/// Set while the module deletes a key itself: that removal replaces
+/// nothing, so it leaves no note for `events::arrived`.
+static OWN_DELETE: AtomicBool = AtomicBool::new(false);
+
+/// Deletes a lease key the module is done with (released, reaped, or
+/// deleted on a master's word).
+pub fn delete(key: &mut Key) {
+    OWN_DELETE.store(true, Ordering::Relaxed);
+    key.delete();
+    OWN_DELETE.store(false, Ordering::Relaxed);
 }
 
 /// Stores a new resource record in an empty key.
@@ -219,22 +233,15 @@ unsafe extern "C" fn lease_free(value: *mut c_void) {
     }
 }
 
-/// # Safety
-/// `value` is a `Lease` this module stored.
+/// `COPY` of a lease key is refused (the server answers with an error):
+/// a copy would be a second key held by the same token with the same
+/// fence. A lease belongs to its key name; records copy.
 unsafe extern "C" fn lease_copy(
     _from: *mut raw::RedisModuleString,
     _to: *mut raw::RedisModuleString,
-    value: *const c_void,
+    _value: *const c_void,
 ) -> *mut c_void {
-    rm::guard("lease-key copy", std::ptr::null_mut, || {
-        match value.cast::<Lease>().as_ref() {
-            Some(lease) => {
-                node::bump(&STATS.lease_keys);
-                Box::into_raw(Box::new(lease.clone())).cast()
-            }
-            None => std::ptr::null_mut(),
-        }
-    })
+    std::ptr::null_mut()
 }
 
 /// The key's name and database, from an unlink callback's context.
@@ -247,8 +254,12 @@ unsafe fn unlinked_key<'a>(ctx: *mut raw::RedisModuleKeyOptCtx) -> Option<(i32, 
     (!name.is_null()).then(|| (db, rm::bytes(name.cast_mut())))
 }
 
-/// Hands a live lease leaving the keyspace to `eviction.rs`, in case this
-/// removal is an eviction. Released and expired leases are not live.
+/// A lease leaves the keyspace (`DEL`, an overwrite, `RENAME` away,
+/// `MIGRATE` away, eviction, the reaper): its index entry goes with it, a
+/// note of its fence stays for the value that may replace it in the same
+/// command, its waiters are offered the key again (Redis 7.0 serves no
+/// client blocked on a key that was overwritten), and a live one goes to
+/// `eviction.rs` in case this removal is an eviction.
 ///
 /// # Safety
 /// `value` is a `Lease` this module stored.
@@ -260,10 +271,19 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
             let Some((db, key)) = unlinked_key(ctx) else {
                 return;
             };
-            let live = value
-                .cast::<Lease>()
-                .as_ref()
-                .filter(|l| l.is_live(rm::now_ms()));
+            let Some(lease) = value.cast::<Lease>().as_ref() else {
+                return;
+            };
+            if let (Some(at), true) = (lease.index_mark(), node::is_primary()) {
+                node::index().remove(at, db, key);
+            }
+            if !OWN_DELETE.load(Ordering::Relaxed) {
+                events::note_removed(db, key, events::Floor::Lease(lease.fence()));
+            }
+            if node::waiters().len(db, key) > 0 {
+                crate::reaper::resignal_later(rm::module_ctx(), db, key);
+            }
+            let live = Some(lease).filter(|l| l.is_live(rm::now_ms()));
             eviction::note_unlinked(db, key, live.map(|l| || eviction::Saved::Lease(l.clone())));
         },
     )
@@ -278,6 +298,9 @@ unsafe extern "C" fn resource_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value:
         || {
             if let Some((db, key)) = unlinked_key(ctx) {
                 let record = value.cast::<Resource>().as_ref();
+                if let Some(r) = record {
+                    events::note_removed(db, key, events::Floor::Record(r.highest()));
+                }
                 eviction::note_unlinked(db, key, record.map(|r| || eviction::Saved::Resource(*r)));
             }
         },

@@ -1,18 +1,22 @@
 //! Server events and keyspace notifications that keep the node-wide state
 //! true: the role (only a primary reaps), the deadline index (keys that
 //! appear by `RENAME`, `MOVE`, `COPY`, `RESTORE`, a load or a promotion),
-//! waiters (a deleted key frees the lease for the queue) and the eviction
-//! settings.
+//! waiters (a deleted, flushed, swapped or overwritten key frees the lease
+//! for the queue) and the eviction settings; and what the server's own
+//! commands may not do to a lease or a record: carry a Redis TTL, or put an
+//! older value over a newer one (`RESTORE ... REPLACE`, `RENAME`, `COPY ...
+//! REPLACE` onto an existing key).
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::Mutex;
 
 use redis_module::raw;
 
 use crate::data_type::{lease_type, resource_type};
 use crate::lease::{Lease, Resource};
 use crate::node;
-use crate::rm::{self, api, Ctx, Key, RString, Slot};
+use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
 const OK: c_int = raw::REDISMODULE_OK as c_int;
 
@@ -94,21 +98,49 @@ unsafe extern "C" fn on_loading(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, _
 
 /// # Safety
 /// `data` is a `RedisModuleFlushInfo`.
-unsafe extern "C" fn on_flush(_ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, data: *mut c_void) {
+unsafe extern "C" fn on_flush(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, data: *mut c_void) {
     if sub != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
         return;
     }
-    if let Some(info) = data.cast::<raw::RedisModuleFlushInfo>().as_ref() {
-        node::index().flush(info.dbnum);
+    rm::guard(
+        "flush",
+        || (),
+        || {
+            if let Some(info) = data.cast::<raw::RedisModuleFlushInfo>().as_ref() {
+                node::index().flush(info.dbnum);
+                forget_removed();
+                // Redis 7.0 serves no client blocked on a key that a flush
+                // took: its waiters are offered the lease again.
+                wake_all(ctx, info.dbnum);
+            }
+        },
+    )
+}
+
+/// Offers the lease again to the waiters of every key in `db` (all: < 0).
+fn wake_all(ctx: Ctx, db: i32) {
+    let keys = node::waiters().keys(db);
+    for (db, key) in keys {
+        crate::reaper::resignal_later(ctx, db, &key);
     }
 }
 
 /// # Safety
 /// `data` is a `RedisModuleSwapDbInfo`.
-unsafe extern "C" fn on_swapdb(_ctx: Ctx, _e: raw::RedisModuleEvent, _sub: u64, data: *mut c_void) {
-    if let Some(info) = data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() {
-        node::index().swap_db(info.dbnum_first, info.dbnum_second);
-    }
+unsafe extern "C" fn on_swapdb(ctx: Ctx, _e: raw::RedisModuleEvent, _sub: u64, data: *mut c_void) {
+    rm::guard(
+        "swapdb",
+        || (),
+        || {
+            if let Some(info) = data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() {
+                node::index().swap_db(info.dbnum_first, info.dbnum_second);
+                // Waiters stay with their database number, whose keys
+                // changed under them.
+                wake_all(ctx, info.dbnum_first);
+                wake_all(ctx, info.dbnum_second);
+            }
+        },
+    )
 }
 
 /// # Safety
@@ -169,19 +201,26 @@ unsafe extern "C" fn on_keyspace_event(
         || {
             let event = CStr::from_ptr(event).to_bytes();
             match event {
-                b"move_to" => track(ctx, key),
+                b"move_to" | b"rename_to" | b"copy_to" | b"restore" => {
+                    crate::eviction::forget_unlinked();
+                    arrived(ctx, key);
+                }
+                b"expire" => keep_without_ttl(ctx, key),
                 b"evicted" => {
                     crate::eviction::on_evicted(ctx, key);
+                    forget_removed();
                     wake_waiters(ctx, key);
                 }
-                b"del" | b"expired" | b"rename_from" | b"move_from" | b"rename_to" | b"copy_to"
-                | b"restore" => {
+                b"del" | b"expired" => {
                     crate::eviction::forget_unlinked();
-                    if matches!(event, b"rename_to" | b"copy_to" | b"restore") {
-                        track(ctx, key);
-                    } else {
-                        wake_waiters(ctx, key);
-                    }
+                    forget_removed();
+                    wake_waiters(ctx, key);
+                }
+                // Not the removals' notes: a RENAME onto an existing key
+                // unlinks the destination's value before `rename_from`.
+                b"rename_from" | b"move_from" => {
+                    crate::eviction::forget_unlinked();
+                    wake_waiters(ctx, key);
                 }
                 _ => {}
             }
@@ -198,26 +237,216 @@ fn wake_waiters(ctx: Ctx, key: RString) {
     }
 }
 
-/// A lease key or record appeared under a new name or database (`RENAME`,
-/// `MOVE`, `COPY`, `RESTORE`, `MIGRATE`): its fence raises the sequence (a
-/// restored key carries a fence issued elsewhere, and the next grant here must
-/// be above it), and a primary indexes its deadline.
-fn track(ctx: Ctx, name: RString) {
+/// The last fence of a value an unlink took from under a name: a lease's
+/// fence, a record's highest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Floor {
+    Lease(u64),
+    Record(u64),
+}
+
+/// One unlinked value's note; its key buffer is reused.
+struct Removed {
+    db: i32,
+    key: Vec<u8>,
+    floor: Option<Floor>,
+}
+
+/// The last two values unlinked, so that the value arriving under a name in
+/// the same command (`restore`, `rename_to`, `copy_to`) can be held to the
+/// one it replaced. Two, because `RENAME src dst` unlinks dst's value and
+/// then src's before `rename_to`. Forgotten at every other removal event,
+/// at a flush and at the module's own deletions.
+struct Removals {
+    slots: [Removed; 2],
+    next: usize,
+}
+
+static REMOVED: Mutex<Removals> = Mutex::new(Removals {
+    slots: [
+        Removed {
+            db: 0,
+            key: Vec::new(),
+            floor: None,
+        },
+        Removed {
+            db: 0,
+            key: Vec::new(),
+            floor: None,
+        },
+    ],
+    next: 0,
+});
+
+fn removals() -> std::sync::MutexGuard<'static, Removals> {
+    REMOVED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Called by the types' unlink callbacks for every value of ours that
+/// leaves the keyspace.
+pub fn note_removed(db: i32, key: &[u8], floor: Floor) {
+    let mut removals = removals();
+    let at = removals.next;
+    removals.next = 1 - at;
+    let slot = &mut removals.slots[at];
+    slot.db = db;
+    slot.key.clear();
+    slot.key.extend_from_slice(key);
+    slot.floor = Some(floor);
+}
+
+/// Forgets the notes: the removals they describe are done with.
+pub fn forget_removed() {
+    let mut removals = removals();
+    for slot in &mut removals.slots {
+        slot.floor = None;
+    }
+}
+
+/// The floor of the value just replaced under `key`, if one was; forgets
+/// the notes either way.
+fn take_removed(db: i32, key: &[u8]) -> Option<Floor> {
+    let mut removals = removals();
+    let floor = removals
+        .slots
+        .iter()
+        .find(|s| s.floor.is_some() && s.db == db && s.key == key)
+        .and_then(|s| s.floor);
+    for slot in &mut removals.slots {
+        slot.floor = None;
+    }
+    floor
+}
+
+/// A lease key or record appeared under a name (`RENAME`, `MOVE`, `COPY`,
+/// `RESTORE`, `MIGRATE`).
+///
+/// - If it replaced a value of the same kind in this command, it may not
+///   go below it: a record keeps the higher highest; a lease older than the
+///   one it replaced (a lower fence) arrives free, with the replaced fence,
+///   so an old token never comes back. Every node applies this to the same
+///   two values (replicas and the AOF replay the same command), so it needs
+///   no replication of its own.
+/// - Its fence raises the sequence (a restored key carries a fence issued
+///   elsewhere, and the next grant here must be above it).
+/// - A primary indexes it: a held lease at its deadline, a free one at once
+///   (the reaper deletes it if nobody waits for it).
+/// - It keeps no Redis TTL (`RESTORE key ttl`, and `RENAME`, `MOVE`, `COPY`
+///   carry the source's).
+fn arrived(ctx: Ctx, name: RString) {
+    let db = rm::selected_db(ctx);
+    let key_bytes = rm::bytes(name);
+    let floor = take_removed(db, key_bytes);
     let Some(mut key) = Key::open_read(ctx, name) else {
         return;
     };
+    let now = rm::now_ms();
     match key.value::<Lease>(lease_type()) {
         Slot::Ours(lease) => {
-            node::fences().observe(lease.fence(), rm::now_ms());
+            if let Some(Floor::Lease(replaced)) = floor {
+                if lease.fence() < replaced {
+                    lease.apply(None, replaced);
+                }
+            }
+            node::fences().observe(lease.fence(), now);
             // A new name: whatever the lease's mark says is about the old one.
             lease.set_index_mark(None);
-            node::index_lease(rm::selected_db(ctx), rm::bytes(name), lease);
-        }
-        Slot::WrongType => {
-            if let Slot::Ours(record) = key.value::<Resource>(resource_type()) {
-                node::fences().observe(record.highest(), rm::now_ms());
+            if lease.deadline().is_some() {
+                node::index_lease(db, key_bytes, lease);
+            } else if node::is_primary() {
+                node::index().insert(now, db, key_bytes);
             }
         }
-        Slot::Empty => {}
+        Slot::WrongType => match key.value::<Resource>(resource_type()) {
+            Slot::Ours(record) => {
+                if let Some(Floor::Record(replaced)) = floor {
+                    // A lower highest is refused: the record keeps its own.
+                    let _ = record.accept(replaced);
+                }
+                node::fences().observe(record.highest(), now);
+            }
+            _ => return,
+        },
+        Slot::Empty => return,
+    }
+    drop(key);
+    keep_without_ttl(ctx, name);
+}
+
+/// Removes a Redis TTL from a lease key or record: the module expires
+/// leases itself, and a TTL would let the server expire or (`volatile-*`)
+/// evict a held lease or a record silently.
+///
+/// Where the server runs post-notification jobs soundly (7.2.4+, Valkey),
+/// the TTL goes in a job, before the next command, and `PERSIST` is
+/// replicated after the command that set it; a replica or a loading server
+/// (which may not add jobs) gets that `PERSIST` from its master or the AOF.
+/// Redis 7.0 has no jobs: every node removes it at once, in the
+/// notification, which on 7.0 is the last thing each command that sends it
+/// does (`EXPIRE`, `RESTORE`, `RENAME`, `MOVE`, `COPY`); a `PERSIST`
+/// replicated from there would reach replicas before the command itself.
+fn keep_without_ttl(ctx: Ctx, name: RString) {
+    if rm::post_notification_jobs() {
+        let job = Box::new(TtlJob {
+            db: rm::selected_db(ctx),
+            key: rm::bytes(name).into(),
+        });
+        let pd = Box::into_raw(job).cast::<c_void>();
+        let added = unsafe {
+            api!(RedisModule_AddPostNotificationJob)(ctx, Some(ttl_job), pd, Some(free_ttl_job))
+        };
+        if added != OK {
+            // Not ours to free any more only when added.
+            drop(unsafe { Box::from_raw(pd.cast::<TtlJob>()) });
+        }
+        return;
+    }
+    if let Some(mut key) = Key::open_write(ctx, name) {
+        if is_ours(&mut key) && key.has_ttl() {
+            key.persist();
+        }
+    }
+}
+
+fn is_ours(key: &mut Key) -> bool {
+    matches!(key.value::<Lease>(lease_type()), Slot::Ours(_))
+        || matches!(key.value::<Resource>(resource_type()), Slot::Ours(_))
+}
+
+struct TtlJob {
+    db: i32,
+    key: Box<[u8]>,
+}
+
+/// # Safety
+/// `pd` is the `TtlJob` `keep_without_ttl` queued.
+unsafe extern "C" fn ttl_job(ctx: Ctx, pd: *mut c_void) {
+    rm::guard(
+        "TTL removal",
+        || (),
+        || {
+            let Some(job) = pd.cast::<TtlJob>().as_ref() else {
+                return;
+            };
+            if !rm::select_db(ctx, job.db) {
+                return;
+            }
+            let name = OwnedString::new(ctx, &job.key);
+            let Some(mut key) = Key::open_write(ctx, name.as_ptr()) else {
+                return;
+            };
+            if is_ours(&mut key) && key.has_ttl() && key.persist() {
+                drop(key);
+                rm::replicate_persist(ctx, name.as_ptr());
+            }
+        },
+    )
+}
+
+/// # Safety
+/// `pd` is the `TtlJob` `keep_without_ttl` queued.
+unsafe extern "C" fn free_ttl_job(pd: *mut c_void) {
+    if !pd.is_null() {
+        drop(Box::from_raw(pd.cast::<TtlJob>()));
     }
 }

@@ -94,12 +94,10 @@ static ALLKEYS_AT_RISK: AtomicBool = AtomicBool::new(false);
 static MAXMEMORY: AtomicU64 = AtomicU64::new(0);
 static POLICY: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 
-/// Whether this server runs post-notification jobs soundly (7.2.4+; Valkey
-/// reports 7.2.4).
+/// Whether `restore` can work here: it puts values back from a
+/// post-notification job.
 pub fn restore_supported() -> bool {
-    let has_jobs = unsafe { raw::RedisModule_AddPostNotificationJob }.is_some();
-    let version = unsafe { raw::RedisModule_GetServerVersion }.map_or(0, |f| unsafe { f() });
-    has_jobs && version >= 0x00_07_02_04
+    rm::post_notification_jobs()
 }
 
 /// The check on the ACQUIRE and FENCE paths.
@@ -285,12 +283,20 @@ fn warn_lost(ctx: Ctx, unlinked: &Unlinked) {
         Saved::Lease(l) => format!("live lease (fence {})", l.fence()),
         Saved::Resource(r) => format!("resource record (highest fence {})", r.highest()),
     };
+    // Only allkeys-* reaches a key without a TTL, and leases and records
+    // never keep one; advise what fits the policy in force.
+    let advice = if policy().starts_with("allkeys-") {
+        "set maxmemory-policy to noeviction or volatile-*, or lease.allkeys-eviction restore"
+    } else {
+        "the policy should not evict keys without a TTL: report this with the server's INFO"
+    };
     rm::log_warning(
         ctx,
         &format!(
-            "redis-lease: maxmemory eviction deleted the {what} at db {} key '{}'; set maxmemory-policy to noeviction or volatile-*, or lease.allkeys-eviction restore",
+            "redis-lease: maxmemory eviction deleted the {what} at db {} key '{}' under maxmemory-policy {}; {advice}",
             unlinked.db,
             String::from_utf8_lossy(&unlinked.key[..unlinked.key.len().min(128)]),
+            policy(),
         ),
     );
 }

@@ -55,9 +55,10 @@ pub fn verdict(ctx: Ctx, args: &[RString]) -> Verdict {
     if !container || verdict != Verdict::Allowed {
         return verdict;
     }
-    // A container (CONFIG, CLIENT, OBJECT...): the subcommand decides.
+    // A container (CONFIG, CLIENT, OBJECT...): the subcommand decides; one
+    // that runs alone too (COMMAND) is judged as itself.
     let Some(&sub) = args.get(1) else {
-        return Verdict::Unknown;
+        return verdict;
     };
     let mut full = name;
     full.push(b'|');

@@ -625,6 +625,15 @@ impl WaitQueues {
         self.by_db.get(&db)?.get(key)
     }
 
+    /// Every key with waiters in database `db`, or in all (`db < 0`).
+    pub fn keys(&self, db: i32) -> Vec<(i32, Box<[u8]>)> {
+        self.by_db
+            .iter()
+            .filter(|(&d, _)| db < 0 || d == db)
+            .flat_map(|(&d, keys)| keys.keys().map(move |k| (d, k.clone())))
+            .collect()
+    }
+
     /// Takes a waiter out, wherever it is in its queue.
     pub fn remove(&mut self, db: i32, key: &[u8], id: u64) -> bool {
         let Some(keys) = self.by_db.get_mut(&db) else {
@@ -929,6 +938,24 @@ mod tests {
             "no jumping the queue"
         );
         granted(lease.acquire(b"head", 1000, T0 + 1, false, &mut seq));
+    }
+
+    #[test]
+    fn wait_queues_list_their_keys_per_database() {
+        let mut queues = WaitQueues::default();
+        queues.enqueue(0, b"a");
+        queues.enqueue(0, b"a");
+        queues.enqueue(0, b"b");
+        let gone = queues.enqueue(3, b"c");
+        queues.enqueue(5, b"d");
+        let mut keys = queues.keys(0);
+        keys.sort();
+        assert_eq!(keys, vec![(0, b"a"[..].into()), (0, b"b"[..].into())]);
+        assert_eq!(queues.keys(3), vec![(3, b"c"[..].into())]);
+        assert_eq!(queues.keys(-1).len(), 4);
+        queues.remove(3, b"c", gone);
+        assert!(queues.keys(3).is_empty());
+        assert!(queues.keys(9).is_empty());
     }
 
     #[test]

@@ -64,6 +64,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         Some(add) => (unsafe { add(raw_ctx, c"lease".as_ptr()) }) == raw::REDISMODULE_OK as i32,
         None => false,
     };
+    rm::keep_module_ctx(raw_ctx);
     let started =
         commands::register(raw_ctx, with_category).and_then(|()| events::subscribe(raw_ctx));
     if let Err(e) = started {

@@ -87,10 +87,13 @@ pub fn rescan() {
 
 /// Asks for `key`'s waiters to be offered the lease again shortly.
 pub fn resignal_later(ctx: Ctx, db: i32, key: &[u8]) {
-    RESIGNAL
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((db, key.into()));
+    {
+        let mut pending = RESIGNAL.lock().unwrap_or_else(|e| e.into_inner());
+        // One removal can be reported twice (its unlink, then its event).
+        if !pending.iter().any(|(d, k)| *d == db && **k == *key) {
+            pending.push((db, key.into()));
+        }
+    }
     if !RESIGNAL_ARMED.swap(true, Ordering::Relaxed) {
         unsafe { api!(RedisModule_CreateTimer)(ctx, 1, Some(resignal_tick), std::ptr::null_mut()) };
     }
@@ -242,7 +245,9 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
         return false;
     }
     let expired = lease.deadline().is_some();
-    key.delete();
+    // Its entry was just taken: the unlink has none to remove.
+    lease.set_index_mark(None);
+    data_type::delete(&mut key);
     drop(key);
     if expired {
         rm::notify(ctx, c"lease.expire", name);

@@ -25,6 +25,8 @@ macro_rules! api {
 pub(crate) use api;
 
 pub type Ctx = *mut raw::RedisModuleCtx;
+
+const OK: c_int = raw::REDISMODULE_OK as c_int;
 pub type RString = *mut raw::RedisModuleString;
 
 /// Runs a callback body, turning a panic into a logged warning and
@@ -108,6 +110,30 @@ pub fn replaying_aof(ctx: Ctx) -> bool {
 /// the dataset still as its own expiry and eviction do.
 pub fn writes_paused() -> bool {
     unsafe { api!(RedisModule_AvoidReplicaTraffic)() != 0 }
+}
+
+/// A context of the module's own, for callbacks that are given none (a
+/// type's unlink callback) but must start a timer.
+static MODULE_CTX: std::sync::atomic::AtomicPtr<raw::RedisModuleCtx> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// Creates the module's own context; called once, at load.
+pub fn keep_module_ctx(ctx: Ctx) {
+    let own = unsafe { api!(RedisModule_GetDetachedThreadSafeContext)(ctx) };
+    MODULE_CTX.store(own, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The module's own context (null before load).
+pub fn module_ctx() -> Ctx {
+    MODULE_CTX.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Whether the server runs post-notification jobs soundly: Redis 7.2.4+,
+/// and Valkey (which reports 7.2.4 to modules).
+pub fn post_notification_jobs() -> bool {
+    let has_jobs = unsafe { raw::RedisModule_AddPostNotificationJob }.is_some();
+    let version = unsafe { raw::RedisModule_GetServerVersion }.map_or(0, |f| unsafe { f() });
+    has_jobs && version >= 0x00_07_02_04
 }
 
 pub fn selected_db(ctx: Ctx) -> i32 {
@@ -214,6 +240,20 @@ impl Key {
         }
     }
 
+    /// Whether the key carries a Redis TTL.
+    pub fn has_ttl(&self) -> bool {
+        unsafe {
+            api!(RedisModule_GetExpire)(self.inner.as_ptr())
+                != raw::mstime_t::from(raw::REDISMODULE_NO_EXPIRE)
+        }
+    }
+
+    /// Removes the key's Redis TTL; the key must be open for writing.
+    pub fn persist(&mut self) -> bool {
+        let no_expire = raw::mstime_t::from(raw::REDISMODULE_NO_EXPIRE);
+        unsafe { api!(RedisModule_SetExpire)(self.inner.as_ptr(), no_expire) == OK }
+    }
+
     pub fn delete(&mut self) {
         unsafe { api!(RedisModule_DeleteKey)(self.inner.as_ptr()) };
     }
@@ -239,6 +279,12 @@ pub fn reply_error_string(ctx: Ctx, err: &str) -> c_int {
 
 pub fn reply_null(ctx: Ctx) -> c_int {
     unsafe { api!(RedisModule_ReplyWithNull)(ctx) }
+}
+
+/// Nil where an array was expected: `*-1` in RESP2 (as BLPOP answers a
+/// timeout), `_` in RESP3.
+pub fn reply_null_array(ctx: Ctx) -> c_int {
+    unsafe { api!(RedisModule_ReplyWithNullArray)(ctx) }
 }
 
 pub fn reply_integer(ctx: Ctx, v: i64) -> c_int {
@@ -273,6 +319,11 @@ pub fn notify(ctx: Ctx, event: &CStr, key: RString) {
             key,
         )
     };
+}
+
+/// Propagates `PERSIST key` to replicas and the AOF.
+pub fn replicate_persist(ctx: Ctx, key: RString) {
+    unsafe { api!(RedisModule_Replicate)(ctx, c"PERSIST".as_ptr(), c"s".as_ptr(), key) };
 }
 
 /// Propagates `DEL key [key ...]` to replicas and the AOF.
