@@ -9,6 +9,7 @@
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 
 use redis_module::raw;
@@ -204,6 +205,12 @@ unsafe extern "C" fn on_keyspace_event(
                 b"move_to" | b"rename_to" | b"copy_to" | b"restore" => {
                     crate::eviction::forget_unlinked();
                     arrived(ctx, key);
+                    if event == b"move_to" {
+                        // Valkey 8.1 notifies through the client that runs
+                        // MOVE, selecting the destination on it, and leaves
+                        // it there: put the client back where MOVE began.
+                        rm::select_db(ctx, MOVED_FROM_DB.load(Ordering::Relaxed));
+                    }
                 }
                 b"expire" => keep_without_ttl(ctx, key),
                 b"evicted" => {
@@ -221,6 +228,9 @@ unsafe extern "C" fn on_keyspace_event(
                 b"rename_from" | b"move_from" => {
                     crate::eviction::forget_unlinked();
                     wake_waiters(ctx, key);
+                    if event == b"move_from" {
+                        MOVED_FROM_DB.store(rm::selected_db(ctx), Ordering::Relaxed);
+                    }
                 }
                 _ => {}
             }
@@ -228,6 +238,10 @@ unsafe extern "C" fn on_keyspace_event(
         },
     )
 }
+
+/// The database of the last `move_from`, which comes just before its
+/// `move_to`.
+static MOVED_FROM_DB: AtomicI32 = AtomicI32::new(0);
 
 /// The key left the keyspace: its waiters must not wait for a release that
 /// will never come.
@@ -428,17 +442,16 @@ unsafe extern "C" fn ttl_job(ctx: Ctx, pd: *mut c_void) {
             let Some(job) = pd.cast::<TtlJob>().as_ref() else {
                 return;
             };
-            if !rm::select_db(ctx, job.db) {
-                return;
-            }
-            let name = OwnedString::new(ctx, &job.key);
-            let Some(mut key) = Key::open_write(ctx, name.as_ptr()) else {
-                return;
-            };
-            if is_ours(&mut key) && key.has_ttl() && key.persist() {
-                drop(key);
-                rm::replicate_persist(ctx, name.as_ptr());
-            }
+            rm::in_db(ctx, job.db, || {
+                let name = OwnedString::new(ctx, &job.key);
+                let Some(mut key) = Key::open_write(ctx, name.as_ptr()) else {
+                    return;
+                };
+                if is_ours(&mut key) && key.has_ttl() && key.persist() {
+                    drop(key);
+                    rm::replicate_persist(ctx, name.as_ptr());
+                }
+            });
         },
     )
 }

@@ -312,35 +312,37 @@ unsafe extern "C" fn restore_job(ctx: Ctx, pd: *mut c_void) {
             let Some(unlinked) = pd.cast::<Unlinked>().as_mut() else {
                 return;
             };
-            if !rm::select_db(ctx, unlinked.db) {
-                return;
-            }
-            let name = OwnedString::new(ctx, &unlinked.key);
-            let Some(mut key) = Key::open_write(ctx, name.as_ptr()) else {
-                return;
-            };
-            if !key.is_empty() {
-                return warn_lost(ctx, unlinked);
-            }
-            let value =
-                std::mem::replace(&mut unlinked.value, Saved::Resource(Resource::default()));
-            match value {
-                Saved::Lease(lease) => {
-                    let lease = data_type::store_lease(&mut key, lease);
-                    crate::commands::replicate_lease(ctx, name.as_ptr(), lease);
-                    node::index_lease(unlinked.db, &unlinked.key, lease);
-                    drop(key);
-                }
-                Saved::Resource(record) => {
-                    let highest = record.highest();
-                    data_type::store_resource(&mut key, record);
-                    drop(key);
-                    crate::commands::replicate_record(ctx, name.as_ptr(), highest);
-                }
-            }
-            node::bump(&STATS.restored);
+            let db = unlinked.db;
+            rm::in_db(ctx, db, || restore(ctx, unlinked));
         },
     )
+}
+
+/// Puts an evicted value back under its name, unless something took it.
+fn restore(ctx: Ctx, unlinked: &mut Unlinked) {
+    let name = OwnedString::new(ctx, &unlinked.key);
+    let Some(mut key) = Key::open_write(ctx, name.as_ptr()) else {
+        return;
+    };
+    if !key.is_empty() {
+        return warn_lost(ctx, unlinked);
+    }
+    let value = std::mem::replace(&mut unlinked.value, Saved::Resource(Resource::default()));
+    match value {
+        Saved::Lease(lease) => {
+            let lease = data_type::store_lease(&mut key, lease);
+            crate::commands::replicate_lease(ctx, name.as_ptr(), lease);
+            node::index_lease(unlinked.db, &unlinked.key, lease);
+            drop(key);
+        }
+        Saved::Resource(record) => {
+            let highest = record.highest();
+            data_type::store_resource(&mut key, record);
+            drop(key);
+            crate::commands::replicate_record(ctx, name.as_ptr(), highest);
+        }
+    }
+    node::bump(&STATS.restored);
 }
 
 /// # Safety

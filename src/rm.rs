@@ -140,6 +140,20 @@ pub fn selected_db(ctx: Ctx) -> i32 {
     unsafe { api!(RedisModule_GetSelectedDb)(ctx) }
 }
 
+/// Runs `body` with database `db` selected in `ctx`, then selects the one
+/// that was: a post-notification job's context may be the client's own
+/// (Valkey), whose next command must run where the client left off.
+/// `None` when `db` does not exist.
+pub fn in_db<T>(ctx: Ctx, db: i32, body: impl FnOnce() -> T) -> Option<T> {
+    let before = selected_db(ctx);
+    if !select_db(ctx, db) {
+        return None;
+    }
+    let out = body();
+    select_db(ctx, before);
+    Some(out)
+}
+
 pub fn select_db(ctx: Ctx, db: i32) -> bool {
     unsafe { api!(RedisModule_SelectDb)(ctx, db) == raw::REDISMODULE_OK as c_int }
 }
