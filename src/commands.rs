@@ -347,6 +347,9 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         }
         data_type::delete(&mut key);
         drop(key);
+        // Into this node's own AOF: a module command is written there only
+        // when it replicates itself.
+        rm::replicate_verbatim(ctx);
         rm::notify(ctx, c"lease.release", *key_name);
         return rm::reply_integer(ctx, 1);
     }
@@ -608,6 +611,9 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     };
     index_lease(ctx, *key_name, lease);
     drop(key);
+    // A replica's own AOF gets the effect only this way (a module command
+    // is never written there for it); replaying the AOF propagates nothing.
+    rm::replicate_verbatim(ctx);
     rm::reply_simple(ctx, c"OK")
 }
 

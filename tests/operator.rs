@@ -756,3 +756,38 @@ for_each_server!(
         }
     }
 );
+
+for_each_server!(a_replica_with_aof_keeps_what_its_primary_sent, |flavor| {
+    let primary = Server::start(flavor);
+    let options = ServerOptions::new()
+        .config("appendonly", "yes")
+        .config("appendfsync", "always");
+    let mut replica = Server::start_with(flavor, options);
+    replica.replicaof(&primary);
+    let mut con = primary.client();
+    take(&mut con, "held", MINUTE, "a");
+    take(&mut con, "released", MINUTE, "a");
+    assert_eq!(release(&mut con, "released", "a"), 1);
+    take(&mut con, "renewed", MINUTE, "a");
+    assert_eq!(renew(&mut con, "renewed", "a", 2 * MINUTE), 1);
+    call(&mut con, "LEASE.FENCE", ("R", 7));
+    replica.wait_for_sync(&primary);
+    let before = digest(&replica);
+    assert_eq!(before, digest(&primary));
+    // The replica's own AOF alone rebuilds what it had.
+    assert_ok(
+        call(
+            &mut replica.client(),
+            "CONFIG",
+            ("SET", "replica-serve-stale-data", "yes"),
+        ),
+        "CONFIG SET",
+    );
+    drop(con);
+    drop(primary);
+    replica.restart();
+    assert_eq!(digest(&replica), before);
+    let mut rcon = replica.client();
+    assert_eq!(lease_info(&mut rcon, "held").expect("held").state, "held");
+    assert_eq!(lease_info(&mut rcon, "released"), None);
+});
