@@ -149,6 +149,9 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                     rm::reply_error(ctx, error::WRONGTYPE);
                     return OK;
                 }
+                // A key migrated away leaves no lease to take here: the
+                // waiter stays blocked until the server redirects it.
+                Slot::Empty if !rm::serves_slot_of(ctx, key_name) => return ERR,
                 Slot::Empty => (&mut fresh, false),
                 Slot::Ours(lease) => (lease, true),
             };

@@ -562,14 +562,43 @@ pub extern "C" fn apply_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_
     command("LEASE.APPLY", ctx, argv, argc, apply, last_argument)
 }
 
-/// Whether the running command is an effect decided elsewhere: sent by this
-/// node's master, or replayed from the AOF. A primary has no master, so
-/// there only the AOF client's id is checked; the context flags, which
-/// compute every flag to answer one, are asked on replicas.
+/// Where the running command comes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// A client: this node decides.
+    Client,
+    /// This node's master, or the AOF replay: an effect decided elsewhere.
+    Master,
+    /// The import client of an atomic slot migration into this primary
+    /// (Valkey 9): the source's effects, for keys of slots not yet this
+    /// node's.
+    SlotImport,
+}
+
+/// A primary has no master, so there, outside slot imports, only the AOF
+/// client's id is checked; the context flags, which compute every flag to
+/// answer one, are asked on replicas and while slots are imported (the
+/// import client is the only one a primary sees as replicated).
+fn origin(ctx: Ctx) -> Origin {
+    if rm::replaying_aof(ctx) {
+        return Origin::Master;
+    }
+    let primary = node::is_primary();
+    if primary && !node::importing_slots() {
+        return Origin::Client;
+    }
+    if rm::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_REPLICATED == 0 {
+        Origin::Client
+    } else if primary {
+        Origin::SlotImport
+    } else {
+        Origin::Master
+    }
+}
+
+/// Whether the running command is an effect decided elsewhere.
 fn from_master_or_aof(ctx: Ctx) -> bool {
-    rm::replaying_aof(ctx)
-        || (!node::is_primary()
-            && rm::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_REPLICATED != 0)
+    origin(ctx) != Origin::Client
 }
 
 /// Whether this node may decide a write: a primary, or a replica applying
@@ -581,7 +610,8 @@ fn writable(ctx: Ctx) -> bool {
 }
 
 fn apply(ctx: Ctx, args: &[RString]) -> c_int {
-    if !from_master_or_aof(ctx) {
+    let origin = origin(ctx);
+    if origin == Origin::Client {
         return rm::reply_error(ctx, error::INTERNAL_ONLY);
     }
     let [_, key_name, effect @ ..] = args else {
@@ -609,7 +639,9 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
             data_type::store_lease(&mut key, Lease::from_parts(holder, fence))
         }
     };
-    index_lease(ctx, *key_name, lease);
+    if origin != Origin::SlotImport {
+        index_lease(ctx, *key_name, lease);
+    }
     drop(key);
     // A replica's own AOF gets the effect only this way (a module command
     // is never written there for it); replaying the AOF propagates nothing.

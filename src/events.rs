@@ -50,6 +50,59 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
     Ok(())
 }
 
+/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (Valkey 9): the
+/// module handles its keys moving by atomic slot migration.
+pub const VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION: i32 = 1 << 5;
+/// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` and its subevents (Valkey 9;
+/// Redis gives 19 another meaning, so it is subscribed on Valkey only).
+const VALKEY_EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+const IMPORT_STARTED: u64 = 0;
+const IMPORT_ABORTED: u64 = 2;
+const IMPORT_COMPLETED: u64 = 4;
+
+pub fn subscribe_slot_migration(ctx: Ctx) -> Result<(), String> {
+    let event = raw::RedisModuleEvent {
+        id: VALKEY_EVENT_ATOMIC_SLOT_MIGRATION,
+        dataver: 1,
+    };
+    if unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, Some(on_slot_migration)) }
+        != OK
+    {
+        return Err("cannot subscribe to atomic slot migration events".into());
+    }
+    Ok(())
+}
+
+/// An atomic slot migration into this node started or ended. While one
+/// runs, the import client's effects are accepted as a master's (see
+/// `commands::origin`); the keys it brings are not indexed as they come
+/// (their slots are not this node's yet), but by a scan once they are.
+///
+/// # Safety
+/// Called by Redis for a subscribed server event.
+unsafe extern "C" fn on_slot_migration(
+    _ctx: Ctx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    _d: *mut c_void,
+) {
+    rm::guard(
+        "slot migration",
+        || (),
+        || match sub {
+            IMPORT_STARTED => node::import_started(),
+            IMPORT_ABORTED => node::import_ended(),
+            IMPORT_COMPLETED => {
+                node::import_ended();
+                if node::is_primary() {
+                    crate::reaper::scan_keyspace();
+                }
+            }
+            _ => {}
+        },
+    )
+}
+
 pub fn refresh_role(ctx: Ctx) {
     let primary = rm::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_MASTER != 0;
     node::set_primary(primary);

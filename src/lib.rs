@@ -52,12 +52,16 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             return Status::Err;
         }
     }
-    unsafe {
-        rm::api!(RedisModule_SetModuleOptions)(
-            raw_ctx,
-            raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32,
-        )
-    };
+    node::set_cluster(rm::context_flags(raw_ctx) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0);
+    // Valkey 9 moves slots atomically only when every module says it can:
+    // leases and records travel as their AOF form (LEASE.APPLY, LEASE.FENCE),
+    // which the destination's import client may send (see events.rs).
+    let slot_migration = rm::valkey_major(raw_ctx).is_some_and(|major| major >= 9);
+    let mut options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32;
+    if slot_migration {
+        options |= events::VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION;
+    }
+    unsafe { rm::api!(RedisModule_SetModuleOptions)(raw_ctx, options) };
     // The `@lease` ACL category exists where the server lets modules add
     // categories (Redis 7.4+).
     let with_category = match unsafe { raw::RedisModule_AddACLCategory } {
@@ -65,8 +69,12 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         None => false,
     };
     rm::keep_module_ctx(raw_ctx);
-    let started =
-        commands::register(raw_ctx, with_category).and_then(|()| events::subscribe(raw_ctx));
+    let started = commands::register(raw_ctx, with_category)
+        .and_then(|()| events::subscribe(raw_ctx))
+        .and_then(|()| match slot_migration {
+            true => events::subscribe_slot_migration(raw_ctx),
+            false => Ok(()),
+        });
     if let Err(e) = started {
         rm::log_warning(raw_ctx, &format!("redis-lease: {e}"));
         return Status::Err;

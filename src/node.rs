@@ -50,6 +50,33 @@ pub fn waiters() -> MutexGuard<'static, WaitQueues> {
     lock(&WAITERS)
 }
 
+/// Whether the server runs in cluster mode (read at load).
+static CLUSTER: AtomicBool = AtomicBool::new(false);
+/// Atomic slot migrations this node is importing now (Valkey 9+).
+static SLOT_IMPORTS: AtomicU64 = AtomicU64::new(0);
+
+pub fn is_cluster() -> bool {
+    CLUSTER.load(Ordering::Relaxed)
+}
+
+pub fn set_cluster(cluster: bool) {
+    CLUSTER.store(cluster, Ordering::Relaxed);
+}
+
+/// Whether slots are being imported into this node, whose import client
+/// then sends effects to a primary.
+pub fn importing_slots() -> bool {
+    SLOT_IMPORTS.load(Ordering::Relaxed) > 0
+}
+
+pub fn import_started() {
+    bump(&SLOT_IMPORTS);
+}
+
+pub fn import_ended() {
+    drop_one(&SLOT_IMPORTS);
+}
+
 pub fn is_primary() -> bool {
     PRIMARY.load(Ordering::Relaxed)
 }

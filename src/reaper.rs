@@ -77,6 +77,12 @@ fn schedule(ctx: Ctx, after_ms: i64) {
 /// Rebuilds the deadline index from the keyspace, a little each tick.
 pub fn rescan() {
     node::index().clear();
+    scan_keyspace();
+}
+
+/// Indexes every lease in the keyspace, a little each tick, beside the
+/// entries the index has (keys that arrived by atomic slot migration).
+pub fn scan_keyspace() {
     let mut rescan = RESCAN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(old) = rescan.take() {
         unsafe { api!(RedisModule_ScanCursorDestroy)(old.cursor) };
@@ -158,6 +164,10 @@ fn resignal(ctx: Ctx) {
         }
         let name = OwnedString::new(ctx, &key);
         if let Some(mut open) = Key::open_write(ctx, name.as_ptr()) {
+            if open.is_empty() && !rm::serves_slot_of(ctx, name.as_ptr()) {
+                // Migrated away: the server redirects its waiters.
+                continue;
+            }
             if open.is_empty() {
                 // The key vanished under its waiters. Blocked clients are
                 // served only on keys that exist (Redis 7.0), so put a free
@@ -207,7 +217,13 @@ fn reap(ctx: Ctx, now: u64, batch: usize) -> usize {
 fn replicate_deletions(ctx: Ctx, db: i32, names: &mut Vec<OwnedString>) {
     if rm::select_db(ctx, db) {
         let keys: Vec<RString> = names.iter().map(OwnedString::as_ptr).collect();
-        rm::replicate_del(ctx, &keys);
+        if node::is_cluster() {
+            // Each key on its own: a slot being exported (Valkey's atomic
+            // slot migration) takes only commands within one slot.
+            keys.iter().for_each(|k| rm::replicate_del(ctx, &[*k]));
+        } else {
+            rm::replicate_del(ctx, &keys);
+        }
     }
     names.clear();
 }
@@ -259,6 +275,9 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
 struct ScanState {
     db: i32,
     visited: usize,
+    /// Lease keys and records found with a Redis TTL (an RDB or AOF written
+    /// before TTLs were removed): they lose it once the scan step is done.
+    with_ttl: Vec<Box<[u8]>>,
 }
 
 /// Advances the rebuild scan; returns whether it has more to do.
@@ -270,6 +289,7 @@ fn scan_step(ctx: Ctx) -> bool {
     let mut state = ScanState {
         db: rescan.db,
         visited: 0,
+        with_ttl: Vec::new(),
     };
     while state.visited < SCAN_BUDGET {
         if !rm::select_db(ctx, rescan.db) {
@@ -287,12 +307,27 @@ fn scan_step(ctx: Ctx) -> bool {
                 (&mut state as *mut ScanState).cast(),
             )
         };
+        persist_all(ctx, &mut state.with_ttl);
         if more == 0 {
             rescan.db += 1;
             unsafe { api!(RedisModule_ScanCursorRestart)(rescan.cursor) };
         }
     }
     true
+}
+
+/// Removes the Redis TTL of each key (in the selected database) and
+/// replicates that.
+fn persist_all(ctx: Ctx, names: &mut Vec<Box<[u8]>>) {
+    for name in names.drain(..) {
+        let name = OwnedString::new(ctx, &name);
+        if let Some(mut key) = Key::open_write(ctx, name.as_ptr()) {
+            if key.persist() {
+                drop(key);
+                rm::replicate_persist(ctx, name.as_ptr());
+            }
+        }
+    }
 }
 
 /// # Safety
@@ -310,13 +345,24 @@ unsafe extern "C" fn index_scanned_key(
     let Some(mut key) = Key::borrowed(key) else {
         return;
     };
-    if let Slot::Ours(lease) = key.value::<Lease>(lease_type()) {
-        // A free record (kept for waiters) is due at once: the reaper
-        // deletes it if its queue is gone. Marks from before the index was
-        // cleared are stale: every key gets its entry again.
-        let due = lease.deadline().unwrap_or(0);
-        node::index().insert(due, state.db, rm::bytes(name));
-        lease.set_index_mark(Some(due));
-        node::fences().observe(lease.fence(), rm::now_ms());
+    let ours = match key.value::<Lease>(lease_type()) {
+        Slot::Ours(lease) => {
+            // A free record (kept for waiters) is due at once: the reaper
+            // deletes it if its queue is gone. Marks from before the index
+            // was cleared are stale: every key gets its entry again.
+            let due = lease.deadline().unwrap_or(0);
+            node::index().insert(due, state.db, rm::bytes(name));
+            lease.set_index_mark(Some(due));
+            node::fences().observe(lease.fence(), rm::now_ms());
+            true
+        }
+        Slot::WrongType => matches!(
+            key.value::<crate::lease::Resource>(data_type::resource_type()),
+            Slot::Ours(_)
+        ),
+        Slot::Empty => false,
+    };
+    if ours && key.has_ttl() {
+        state.with_ttl.push(rm::bytes(name).into());
     }
 }
