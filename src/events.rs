@@ -516,3 +516,58 @@ unsafe extern "C" fn free_ttl_job(pd: *mut c_void) {
         drop(Box::from_raw(pd.cast::<TtlJob>()));
     }
 }
+
+/// Most due leases an `EXEC` looks at: they are reaped at their deadline, so
+/// more than a few are due at once only while the reaper is held back.
+const EXEC_DUE_LIMIT: usize = 64;
+
+pub fn filter_commands(ctx: Ctx) -> Result<(), String> {
+    let filter = unsafe {
+        api!(RedisModule_RegisterCommandFilter)(
+            ctx,
+            Some(on_command),
+            raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
+        )
+    };
+    if filter.is_null() {
+        return Err("cannot register the command filter".into());
+    }
+    Ok(())
+}
+
+/// `WATCH`: Redis aborts an `EXEC` when a watched key expired since the
+/// `WATCH`. A lease expires by its deadline, not a Redis TTL, and the reaper
+/// deletes it (which does touch watched keys) at that deadline, an event
+/// loop turn later at best: so before every `EXEC`, the leases whose
+/// deadline has passed and that the reaper has not reached yet are touched
+/// as a deletion would touch them.
+///
+/// # Safety
+/// Called by Redis with the command's filter context, before the command.
+unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    let name = api!(RedisModule_CommandFilterArgGet)(fctx, 0);
+    if name.is_null() || !rm::bytes(name).eq_ignore_ascii_case(b"EXEC") {
+        return;
+    }
+    rm::guard("EXEC filter", || (), touch_expired_leases);
+}
+
+fn touch_expired_leases() {
+    let now = rm::now_ms();
+    if node::index().next_deadline().is_none_or(|d| d > now) {
+        return;
+    }
+    let due = node::index().due(now, EXEC_DUE_LIMIT);
+    let ctx = rm::module_ctx();
+    for (db, key) in due {
+        rm::in_db(ctx, db, || {
+            let name = OwnedString::new(ctx, &key);
+            let expired = Key::open_read(ctx, name.as_ptr()).is_some_and(
+                |mut k| matches!(k.value::<Lease>(lease_type()), Slot::Ours(l) if !l.is_live(now)),
+            );
+            if expired {
+                unsafe { api!(RedisModule_SignalModifiedKey)(ctx, name.as_ptr()) };
+            }
+        });
+    }
+}

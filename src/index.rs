@@ -325,6 +325,19 @@ impl DeadlineIndex {
         Some(Due { db, entry })
     }
 
+    /// Up to `limit` entries due at `now_ms`, left in place: `(db, key)`.
+    pub fn due(&self, now_ms: u64, limit: usize) -> Vec<(i32, Vec<u8>)> {
+        self.dbs
+            .iter()
+            .flat_map(|(db, set)| {
+                set.iter()
+                    .take_while(move |e| e.deadline_ms() <= now_ms)
+                    .map(move |e| (*db, e.key().to_vec()))
+            })
+            .take(limit)
+            .collect()
+    }
+
     pub fn next_deadline(&self) -> Option<u64> {
         self.earliest().map(|(_, deadline)| deadline)
     }
@@ -374,6 +387,24 @@ mod tests {
         assert_eq!(idx.next_deadline(), Some(30));
         assert_eq!(idx.pop_due(30).map(|e| e.deadline_ms()), Some(30));
         assert_eq!(idx.len(), 0);
+    }
+
+    #[test]
+    fn due_entries_are_listed_in_place() {
+        let mut idx = DeadlineIndex::new();
+        idx.insert(10, 0, b"a");
+        idx.insert(20, 0, b"b");
+        idx.insert(30, 0, b"c");
+        idx.insert(15, 2, b"d");
+        let mut due = idx.due(20, 10);
+        due.sort();
+        assert_eq!(
+            due,
+            vec![(0, b"a".to_vec()), (0, b"b".to_vec()), (2, b"d".to_vec())]
+        );
+        assert_eq!(idx.len(), 4, "nothing taken");
+        assert_eq!(idx.due(20, 1).len(), 1);
+        assert!(idx.due(9, 10).is_empty());
     }
 
     #[test]

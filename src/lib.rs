@@ -71,6 +71,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     rm::keep_module_ctx(raw_ctx);
     let started = commands::register(raw_ctx, with_category)
         .and_then(|()| events::subscribe(raw_ctx))
+        .and_then(|()| events::filter_commands(raw_ctx))
         .and_then(|()| match slot_migration {
             true => events::subscribe_slot_migration(raw_ctx),
             false => Ok(()),

@@ -232,7 +232,9 @@ fn replicate_deletions(ctx: Ctx, db: i32, names: &mut Vec<OwnedString>) {
 /// record nobody waits for).
 fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
     let (db, key_bytes) = (entry.db(), entry.key());
-    let Some(mut key) = Key::open_write(ctx, name) else {
+    // Read first: closing a key opened for writing touches it for WATCH and
+    // client tracking, which a lease found live must not be.
+    let Some(mut key) = Key::open_read(ctx, name) else {
         return false;
     };
     let Slot::Ours(lease) = key.value::<Lease>(lease_type()) else {
@@ -263,6 +265,10 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
     let expired = lease.deadline().is_some();
     // Its entry was just taken: the unlink has none to remove.
     lease.set_index_mark(None);
+    drop(key);
+    let Some(mut key) = Key::open_write(ctx, name) else {
+        return false;
+    };
     data_type::delete(&mut key);
     drop(key);
     if expired {

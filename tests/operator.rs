@@ -783,3 +783,45 @@ for_each_server!(a_replica_with_aof_keeps_what_its_primary_sent, |flavor| {
     assert_eq!(lease_info(&mut rcon, "held").expect("held").state, "held");
     assert_eq!(lease_info(&mut rcon, "released"), None);
 });
+
+for_each_server!(a_lease_expiry_aborts_exec_as_a_key_expiry_does, |flavor| {
+    // AOF on: a reaper that wrote while writes are paused would crash the server.
+    let server = Server::start_with(flavor, ServerOptions::new().config("appendonly", "yes"));
+    let mut con = server.client();
+    let mut pauser = server.client();
+    // Three transactions watch: a lease that expires, a native key with PX that
+    // expires, and a lease that is renewed and stays live.
+    take(&mut con, "expiring", 200, "t");
+    assert_ok(call(&mut con, "SET", ("native", "v", "PX", 200)), "SET PX");
+    take(&mut con, "renewed", 200, "t");
+    // (A renewal after WATCH is a change of the key: it would abort that EXEC.)
+    assert_eq!(renew(&mut con, "renewed", "t", MINUTE), 1);
+    let mut watchers: Vec<(&str, Connection)> = Vec::new();
+    for key in ["expiring", "native", "renewed"] {
+        let mut w = server.client();
+        assert_ok(call(&mut w, "WATCH", key), "WATCH");
+        assert_ok(call(&mut w, "MULTI", Vec::<String>::new()), "MULTI");
+        call(&mut w, "SET", (format!("written-{key}"), 1));
+        watchers.push((key, w));
+    }
+    // Writes paused past the deadlines: the reaper may not delete anything, so
+    // only EXEC itself can see that the lease expired.
+    assert_ok(
+        call(&mut pauser, "CLIENT", ("PAUSE", 500, "WRITE")),
+        "CLIENT PAUSE",
+    );
+    thread::sleep(Duration::from_millis(300));
+    let mut outcomes = Vec::new();
+    for (key, mut w) in watchers {
+        // Waits for the pause to end.
+        let reply = call(&mut w, "EXEC", Vec::<String>::new());
+        outcomes.push((key, reply == Value::Nil));
+    }
+    assert_eq!(
+        outcomes,
+        [("expiring", true), ("native", true), ("renewed", false)],
+        "(watched key, EXEC aborted)"
+    );
+    assert_eq!(int(call(&mut con, "EXISTS", "written-renewed")), 1);
+    assert_eq!(int(call(&mut con, "EXISTS", "written-expiring")), 0);
+});
