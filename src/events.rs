@@ -554,7 +554,7 @@ unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
 
 fn touch_expired_leases() {
     let now = rm::now_ms();
-    if node::index().next_deadline().is_none_or(|d| d > now) {
+    if !node::index().next_deadline().is_some_and(|d| d <= now) {
         return;
     }
     let due = node::index().due(now, EXEC_DUE_LIMIT);
