@@ -302,11 +302,20 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
         Err(e) => return rm::reply_error(ctx, e),
     };
     // No key, an expired lease or another holder's: refused alike.
-    let renewed = lease.and_then(|l| l.renew(token, ttl_ms, rm::now_ms()).then_some(l));
+    let mut mark = None;
+    let renewed = lease.and_then(|l| {
+        mark = l.index_mark();
+        l.renew(token, ttl_ms, rm::now_ms()).then_some(l)
+    });
     let Some(lease) = renewed else {
         node::bump(&STATS.renewals_rejected);
         return rm::reply_integer(ctx, 0);
     };
+    // A renewal to a shorter ttl moves the deadline before the lease's
+    // index entry, which would reach its expiry (and its waiters) late.
+    if mark.is_some_and(|at| lease.deadline().is_some_and(|d| d < at)) {
+        index_lease(ctx, *key_name, lease);
+    }
     node::bump(&STATS.renewals);
     replicate_held(ctx, *key_name, lease, Wire::Arg(*token_arg));
     rm::notify(ctx, c"lease.renew", *key_name);

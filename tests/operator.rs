@@ -825,3 +825,21 @@ for_each_server!(a_lease_expiry_aborts_exec_as_a_key_expiry_does, |flavor| {
     assert_eq!(int(call(&mut con, "EXISTS", "written-renewed")), 1);
     assert_eq!(int(call(&mut con, "EXISTS", "written-expiring")), 0);
 });
+
+for_each_server!(a_renewal_to_a_shorter_ttl_expires_on_time, |flavor| {
+    let server = Server::start(flavor);
+    let mut con = server.client();
+    take(&mut con, "L", MINUTE, "a");
+    assert_eq!(renew(&mut con, "L", "a", 300), 1);
+    let waiter = blocked_waiter(&server, "L");
+    // Served at the new deadline, not a minute later.
+    let reply = answered(&server, waiter, "the shortened lease's deadline");
+    assert!(is_grant(&reply), "{reply:?}");
+    assert_eq!(lease_stat(&server, "expired"), 1);
+    // And without a waiter the reaper deletes it at its deadline.
+    take(&mut con, "M", MINUTE, "a");
+    assert_eq!(renew(&mut con, "M", "a", 200), 1);
+    wait_until("M to be reaped", Duration::from_secs(2), || {
+        lease_info(&mut con, "M").is_none()
+    });
+});
