@@ -1,0 +1,166 @@
+//! Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`) with the module loaded:
+//! the module opts in, leases move with token, fence and deadline, records with their
+//! highest fence, the destination's next grants are above every migrated fence and it
+//! reaps what expires there, a waiter on the source is redirected (never granted on
+//! the node its key left), and the destination's replica agrees. Valkey 9 only: the
+//! other servers of the matrix have no atomic slot migration.
+
+mod common;
+
+use std::thread;
+use std::time::Duration;
+
+use common::calls::{call, int, renew, stale, text};
+use common::cluster::{key_slot, Cluster};
+use common::lease::{lease_info, lease_stat};
+use common::reply::{error_text, expect_error};
+use common::{wait_until, Flavor, Server};
+use redis::{Connection, Value};
+
+const MINUTE: u64 = 60_000;
+const WAIT: Duration = Duration::from_secs(20);
+
+/// `LEASE.ACQUIRE key ttl TOKEN token` on a node, which must grant it; the fence.
+fn take(con: &mut Connection, key: &str, ttl: u64, token: &str) -> u64 {
+    match call(con, "LEASE.ACQUIRE", (key, ttl, "TOKEN", token)) {
+        Value::Array(items) => match items.as_slice() {
+            [Value::BulkString(t), Value::Int(fence)] if t == token.as_bytes() => *fence as u64,
+            other => panic!("LEASE.ACQUIRE {key}: {other:?}"),
+        },
+        other => panic!("LEASE.ACQUIRE {key} was not granted: {other:?}"),
+    }
+}
+
+/// The state of the last migration `CLUSTER GETSLOTMIGRATIONS` lists on `node`.
+fn migration_state(node: &Server) -> (String, String) {
+    let reply = call(&mut node.client(), "CLUSTER", "GETSLOTMIGRATIONS");
+    let Value::Array(jobs) = reply else {
+        panic!("CLUSTER GETSLOTMIGRATIONS: {reply:?}");
+    };
+    let Some(last) = jobs.last() else {
+        return (String::new(), String::new());
+    };
+    let fields: Vec<(String, Value)> = match last {
+        Value::Array(flat) => flat
+            .chunks(2)
+            .map(|p| (text(p[0].clone()), p.get(1).cloned().unwrap_or(Value::Nil)))
+            .collect(),
+        Value::Map(pairs) => pairs
+            .iter()
+            .map(|(k, v)| (text(k.clone()), v.clone()))
+            .collect(),
+        other => panic!("a migration entry: {other:?}"),
+    };
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| match v {
+                Value::Nil => String::new(),
+                v => text(v.clone()),
+            })
+            .unwrap_or_default()
+    };
+    (field("state"), field("message"))
+}
+
+#[test]
+fn atomic_slot_migration_carries_leases_and_records() {
+    let cluster = Cluster::start(Flavor::Valkey9, 2, 1);
+    let (from, to) = (0, 1);
+    let tag = cluster.tag_on(from, &[]);
+    let slot = key_slot(tag.as_bytes());
+    let key = |name: &str| format!("{tag}{name}");
+    let source = &cluster.nodes[from];
+    let target = &cluster.nodes[to];
+    let mut con = source.client();
+
+    let held = take(&mut con, &key("held"), MINUTE, "h");
+    let short = take(&mut con, &key("short"), 1_500, "s");
+    let busy = take(&mut con, &key("busy"), MINUTE, "b");
+    let highest = int(call(&mut con, "LEASE.FENCE", (key("res"), busy))) as u64;
+    assert_eq!(highest, busy);
+    // A client waits on the source for a lease that leaves with the slot.
+    let mut waiter_con = source.client();
+    let busy_key = key("busy");
+    let waiter = thread::spawn(move || {
+        call(
+            &mut waiter_con,
+            "LEASE.ACQUIRE",
+            (&busy_key, MINUTE, "TOKEN", "w", "BLOCK", 0),
+        )
+    });
+    wait_until("the waiter to block", WAIT, || {
+        lease_stat(source, "waiters") == 1
+    });
+
+    let reply = call(
+        &mut con,
+        "CLUSTER",
+        (
+            "MIGRATESLOTS",
+            "SLOTSRANGE",
+            slot,
+            slot,
+            "NODE",
+            &cluster.ids[to],
+        ),
+    );
+    assert!(
+        error_text(&reply).is_none(),
+        "MIGRATESLOTS refused: {reply:?}"
+    );
+    wait_until("the migration to end", WAIT, || {
+        let (state, message) = migration_state(source);
+        assert!(
+            !matches!(state.as_str(), "failed" | "cancelled"),
+            "the migration {state}: {message}"
+        );
+        state == "success"
+    });
+
+    // The destination has every lease and the record, as they were.
+    let mut tcon = target.client();
+    let info = lease_info(&mut tcon, &key("held")).expect("held on the destination");
+    assert_eq!((info.state.as_str(), info.fence), ("held", held));
+    assert_eq!(renew(&mut tcon, &key("held"), "h", MINUTE), 1);
+    assert_eq!(renew(&mut tcon, &key("held"), "x", MINUTE), 0);
+    let reply = call(&mut tcon, "LEASE.FENCE", (key("res"), highest - 1));
+    assert_eq!(expect_error(&reply, "a stale fence"), stale(highest - 1, highest));
+    // Its next grants are above every migrated fence.
+    assert!(lease_stat(target, "fence_last") >= busy);
+    assert_eq!(call(&mut tcon, "LEASE.RELEASE", (key("held"), "h")), Value::Int(1));
+    let next = take(&mut tcon, &key("held"), MINUTE, "n");
+    assert!(next > busy, "{next} after {busy}");
+    // It reaps what expires there.
+    wait_until("the short lease to be reaped on the destination", WAIT, || {
+        lease_info(&mut tcon, &key("short")).is_none()
+    });
+    assert!(lease_stat(target, "expired") >= 1, "short was {short}");
+
+    // The source kept nothing of the slot, and its waiter was sent on, not granted.
+    let count = call(&mut con, "CLUSTER", ("COUNTKEYSINSLOT", slot));
+    assert_eq!(count, Value::Int(0));
+    wait_until("the waiter to be answered", WAIT, || waiter.is_finished());
+    let reply = waiter.join().expect("the waiter's thread");
+    let error = expect_error(&reply, "the waiter on the source");
+    assert!(error.starts_with("MOVED"), "{error}");
+    assert_eq!(lease_stat(source, "keys"), 0);
+
+    // The destination's replica holds the same.
+    let replica = &cluster.nodes[cluster.replica_of(to)];
+    replica.wait_for_sync(target);
+    let digest = |n: &Server| text(call(&mut n.client(), "DEBUG", "DIGEST"));
+    assert_eq!(digest(replica), digest(target));
+}
+
+#[test]
+fn atomic_slot_migration_is_offered_only_by_valkey_9() {
+    // The option is Valkey 9's; on the other servers the module does not claim it.
+    for flavor in [Flavor::Valkey9, Flavor::Valkey8, Flavor::Redis8, Flavor::Redis7] {
+        let server = Server::start(flavor);
+        let info = text(call(&mut server.client(), "INFO", "modules"));
+        let claims = info.contains("handle-atomic-slot-migration");
+        assert_eq!(claims, flavor == Flavor::Valkey9, "{flavor}: {info}");
+    }
+}
