@@ -822,7 +822,7 @@ fn categories(con: &mut Connection, command: &str) -> Vec<String> {
     }
 }
 
-/// Whether the server lets modules add ACL categories (Redis 7.4+, Valkey 8.1).
+/// Whether the server lets modules add ACL categories (Redis 7.4+, Valkey 8.1+).
 fn has_module_categories(flavor: Flavor) -> bool {
     flavor != Flavor::Redis7
 }
@@ -1237,7 +1237,7 @@ for_each_server!(tokens_are_hidden_from_monitor_slowlog_and_log, |flavor| {
         "slowlog",
     );
     if flavor.is_valkey() {
-        // Valkey 8.1's COMMANDLOG also keeps large requests; make every request large.
+        // Valkey's COMMANDLOG (8.1+) also keeps large requests; make every request large.
         assert_ok(
             q!(
                 &mut con,
