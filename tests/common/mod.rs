@@ -83,6 +83,18 @@ impl Flavor {
         matches!(self, Flavor::Valkey8 | Flavor::Valkey9)
     }
 
+    /// The `sanitize-dump-payload` settings a RESTORE test goes through, each set with
+    /// `CONFIG SET` first; `None` stands for the server's only behaviour. Valkey 9
+    /// validates every RESTORE payload deeply (`dump_payload_sanitizations` counts each
+    /// one) and no longer has the config: `CONFIG SET` answers that it is unknown, and a
+    /// config file line is accepted and ignored.
+    pub fn sanitize_dump_payload_settings(&self) -> &'static [Option<&'static str>] {
+        match self {
+            Flavor::Valkey9 => &[None],
+            _ => &[Some("no"), Some("yes")],
+        }
+    }
+
     /// Where the server binary is when the environment does not say.
     pub fn default_binary(&self) -> PathBuf {
         let servers = repo_dir().join("target").join("test-servers");
