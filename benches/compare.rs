@@ -117,11 +117,11 @@ struct Options {
     note: Option<String>,
 }
 
-const USAGE: &str = "usage: scripts/bench [--quick] [--runs N] [--servers redis7,redis8,valkey8 | --all-servers] [--out DIR] [--note TEXT]
+const USAGE: &str = "usage: scripts/bench [--quick] [--runs N] [--servers redis7,redis8,valkey8,valkey9 | --all-servers] [--out DIR] [--note TEXT]
   --quick        1 run of small sizes (CI smoke); writes to target/bench-quick/ unless --out
   --runs N       repeat every measurement N times (default 5, --quick 1)
   --servers LIST servers to measure, first one charted (default redis7)
-  --all-servers  redis7,redis8,valkey8
+  --all-servers  redis7,redis8,valkey8,valkey9
   --out DIR      where bench.md and bench.svg go (default docs/)
   --note TEXT    a line for bench.md (e.g. what else ran on the machine)";
 

