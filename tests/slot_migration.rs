@@ -64,8 +64,17 @@ fn migration_state(node: &Server) -> (String, String) {
     (field("state"), field("message"))
 }
 
-#[test]
-fn atomic_slot_migration_carries_leases_and_records() {
+mod atomic_slot_migration_carries_leases_and_records {
+    use super::*;
+
+    /// Named for its server, as every per-server test is.
+    #[test]
+    fn valkey9() {
+        run();
+    }
+}
+
+fn run() {
     let cluster = Cluster::start(Flavor::Valkey9, 2, 1);
     let (from, to) = (0, 1);
     let tag = cluster.tag_on(from, &[]);
@@ -126,16 +135,24 @@ fn atomic_slot_migration_carries_leases_and_records() {
     assert_eq!(renew(&mut tcon, &key("held"), "h", MINUTE), 1);
     assert_eq!(renew(&mut tcon, &key("held"), "x", MINUTE), 0);
     let reply = call(&mut tcon, "LEASE.FENCE", (key("res"), highest - 1));
-    assert_eq!(expect_error(&reply, "a stale fence"), stale(highest - 1, highest));
+    assert_eq!(
+        expect_error(&reply, "a stale fence"),
+        stale(highest - 1, highest)
+    );
     // Its next grants are above every migrated fence.
     assert!(lease_stat(target, "fence_last") >= busy);
-    assert_eq!(call(&mut tcon, "LEASE.RELEASE", (key("held"), "h")), Value::Int(1));
+    assert_eq!(
+        call(&mut tcon, "LEASE.RELEASE", (key("held"), "h")),
+        Value::Int(1)
+    );
     let next = take(&mut tcon, &key("held"), MINUTE, "n");
     assert!(next > busy, "{next} after {busy}");
     // It reaps what expires there.
-    wait_until("the short lease to be reaped on the destination", WAIT, || {
-        lease_info(&mut tcon, &key("short")).is_none()
-    });
+    wait_until(
+        "the short lease to be reaped on the destination",
+        WAIT,
+        || lease_info(&mut tcon, &key("short")).is_none(),
+    );
     assert!(lease_stat(target, "expired") >= 1, "short was {short}");
 
     // The source kept nothing of the slot, and its waiter was sent on, not granted.
@@ -157,7 +174,12 @@ fn atomic_slot_migration_carries_leases_and_records() {
 #[test]
 fn atomic_slot_migration_is_offered_only_by_valkey_9() {
     // The option is Valkey 9's; on the other servers the module does not claim it.
-    for flavor in [Flavor::Valkey9, Flavor::Valkey8, Flavor::Redis8, Flavor::Redis7] {
+    for flavor in [
+        Flavor::Valkey9,
+        Flavor::Valkey8,
+        Flavor::Redis8,
+        Flavor::Redis7,
+    ] {
         let server = Server::start(flavor);
         let info = text(call(&mut server.client(), "INFO", "modules"));
         let claims = info.contains("handle-atomic-slot-migration");
