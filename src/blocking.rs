@@ -135,6 +135,13 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
             if node::waiters().head(waiter.db, &waiter.key) != Some(waiter.id) {
                 return ERR;
             }
+            if rm::writes_paused() {
+                // A grant writes and propagates: offered again once the
+                // pause ends (nothing the module does signals a key while
+                // paused; this guards what the server might).
+                crate::reaper::resignal_later(ctx, waiter.db, &waiter.key);
+                return ERR;
+            }
             let key_name = api!(RedisModule_GetBlockedClientReadyKey)(ctx);
             if key_name.is_null() {
                 return ERR;

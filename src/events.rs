@@ -401,12 +401,13 @@ fn take_removed(db: i32, key: &[u8]) -> Option<Floor> {
 /// - It keeps no Redis TTL (`RESTORE key ttl`, and `RENAME`, `MOVE`, `COPY`
 ///   carry the source's).
 fn arrived(ctx: Ctx, name: RString) {
-    let db = rm::selected_db(ctx);
-    let key_bytes = rm::bytes(name);
-    let floor = take_removed(db, key_bytes);
     let Some(mut key) = Key::open_read(ctx, name) else {
+        forget_removed();
         return;
     };
+    let db = key.db();
+    let key_bytes = rm::bytes(name);
+    let floor = take_removed(db, key_bytes);
     let now = rm::now_ms();
     match key.value::<Lease>(lease_type()) {
         Slot::Ours(lease) => {
@@ -453,11 +454,18 @@ fn arrived(ctx: Ctx, name: RString) {
 /// does (`EXPIRE`, `RESTORE`, `RENAME`, `MOVE`, `COPY`); a `PERSIST`
 /// replicated from there would reach replicas before the command itself.
 fn keep_without_ttl(ctx: Ctx, name: RString) {
+    let Some(mut key) = Key::open_read(ctx, name) else {
+        return;
+    };
+    if !is_ours(&mut key) || !key.has_ttl() {
+        return;
+    }
     if rm::post_notification_jobs() {
         let job = Box::new(TtlJob {
-            db: rm::selected_db(ctx),
+            db: key.db(),
             key: rm::bytes(name).into(),
         });
+        drop(key);
         let pd = Box::into_raw(job).cast::<c_void>();
         let added = unsafe {
             api!(RedisModule_AddPostNotificationJob)(ctx, Some(ttl_job), pd, Some(free_ttl_job))
@@ -468,10 +476,9 @@ fn keep_without_ttl(ctx: Ctx, name: RString) {
         }
         return;
     }
+    drop(key);
     if let Some(mut key) = Key::open_write(ctx, name) {
-        if is_ours(&mut key) && key.has_ttl() {
-            key.persist();
-        }
+        key.persist();
     }
 }
 

@@ -254,6 +254,14 @@ impl Key {
         }
     }
 
+    /// The database the key is in. In a keyspace notification this is the
+    /// event's, where `RedisModule_GetSelectedDb` may not be: Valkey 9 runs
+    /// the callback on the command's own client and answers it with the
+    /// transaction's database while that client is in `MULTI`.
+    pub fn db(&self) -> i32 {
+        unsafe { api!(RedisModule_GetDbIdFromModuleKey)(self.inner.as_ptr()) }
+    }
+
     /// Whether the key carries a Redis TTL.
     pub fn has_ttl(&self) -> bool {
         unsafe {
