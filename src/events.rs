@@ -41,7 +41,8 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
     }
     let classes = raw::REDISMODULE_NOTIFY_GENERIC
         | raw::REDISMODULE_NOTIFY_EXPIRED
-        | raw::REDISMODULE_NOTIFY_EVICTED;
+        | raw::REDISMODULE_NOTIFY_EVICTED
+        | raw::REDISMODULE_NOTIFY_LOADED;
     if unsafe { api!(RedisModule_SubscribeToKeyspaceEvents)(ctx, classes, Some(on_keyspace_event)) }
         != OK
     {
@@ -266,6 +267,13 @@ unsafe extern "C" fn on_keyspace_event(
                     }
                 }
                 b"expire" => keep_without_ttl(ctx, key),
+                // Every key of an RDB load: only `DEBUG RELOAD ... MERGE`
+                // replaces a value first (its unlink left a note). The name
+                // is the loader's, on its stack: a key handle needs a copy.
+                b"loaded" if any_removed() => {
+                    let name = OwnedString::new(ctx, rm::bytes(key));
+                    arrived(ctx, name.as_ptr());
+                }
                 b"evicted" => {
                     crate::eviction::on_evicted(ctx, key);
                     forget_removed();
@@ -360,6 +368,11 @@ pub fn note_removed(db: i32, key: &[u8], floor: Floor) {
     slot.key.clear();
     slot.key.extend_from_slice(key);
     slot.floor = Some(floor);
+}
+
+/// Whether an unlink left a note no arrival has taken yet.
+fn any_removed() -> bool {
+    removals().slots.iter().any(|s| s.floor.is_some())
 }
 
 /// Forgets the notes: the removals they describe are done with.

@@ -156,14 +156,34 @@ fn keep(unlinked: Option<Unlinked>) {
     *LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner()) = unlinked;
 }
 
-/// Subscribes to key events where the server has them.
-pub fn subscribe(ctx: Ctx) {
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_KEY,
-        dataver: 1,
-    };
-    let ok = unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, Some(on_key_event)) };
-    KEY_EVENTS.store(ok == raw::REDISMODULE_OK as i32, Ordering::Relaxed);
+const KEY_EVENT: raw::RedisModuleEvent = raw::RedisModuleEvent {
+    id: raw::REDISMODULE_EVENT_KEY,
+    dataver: 1,
+};
+
+/// Whether the module listens to key events now.
+static LISTENING: AtomicBool = AtomicBool::new(false);
+
+/// Notes whether the server names evictions in key events.
+pub fn probe_key_events() {
+    let supported = unsafe { raw::RedisModule_IsSubEventSupported }
+        .is_some_and(|f| unsafe { f(KEY_EVENT, raw::REDISMODULE_SUBEVENT_KEY_EVICTED) != 0 });
+    KEY_EVENTS.store(supported, Ordering::Relaxed);
+}
+
+/// Listens to key events while eviction can take a lease (`allkeys-*` with
+/// `maxmemory`), and only then: with a listener the server builds a module
+/// key for every key it deletes, and `DEBUG RELOAD ... MERGE` then aborts
+/// Redis 8.2 and Valkey (a key on the stack retained for the event).
+fn listen_to_key_events(ctx: Ctx, listen: bool) {
+    if !KEY_EVENTS.load(Ordering::Relaxed) || LISTENING.load(Ordering::Relaxed) == listen {
+        return;
+    }
+    let callback: raw::RedisModuleEventCallback = listen.then_some(on_key_event);
+    let done = unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, KEY_EVENT, callback) };
+    if done == raw::REDISMODULE_OK as i32 {
+        LISTENING.store(listen, Ordering::Relaxed);
+    }
 }
 
 /// The key event: on an eviction of a live lease or a record, keep a copy.
@@ -369,9 +389,8 @@ pub fn refresh(ctx: Ctx) {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     MAXMEMORY.store(maxmemory, Ordering::Relaxed);
-    ALLKEYS_AT_RISK.store(
-        maxmemory > 0 && policy.starts_with("allkeys-"),
-        Ordering::Relaxed,
-    );
+    let at_risk = maxmemory > 0 && policy.starts_with("allkeys-");
+    ALLKEYS_AT_RISK.store(at_risk, Ordering::Relaxed);
+    listen_to_key_events(ctx, at_risk);
     *POLICY.lock().unwrap_or_else(|e| e.into_inner()) = policy;
 }

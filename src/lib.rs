@@ -81,7 +81,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     unsafe { rm::api!(RedisModule_RegisterInfoFunc)(raw_ctx, Some(info::info)) };
-    eviction::subscribe(raw_ctx);
+    eviction::probe_key_events();
     events::refresh_role(raw_ctx);
     eviction::refresh(raw_ctx);
     reaper::refresh_latency_threshold(raw_ctx);
