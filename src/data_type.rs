@@ -91,6 +91,7 @@ pub fn resource_type() -> *mut raw::RedisModuleType {
 /// Stores a new lease value in an empty key.
 pub fn store_lease(key: &mut Key, lease: Lease) -> &mut Lease {
     node::bump(&STATS.lease_keys);
+    node::note_name(key.name());
     key.set(lease_type(), Box::new(lease))
 }
 
@@ -109,7 +110,17 @@ pub fn delete(key: &mut Key) {
 /// Stores a new resource record in an empty key.
 pub fn store_resource(key: &mut Key, resource: Resource) -> &mut Resource {
     node::bump(&STATS.resource_keys);
+    node::note_name(key.name());
     key.set(resource_type(), Box::new(resource))
+}
+
+/// Notes the name of the key an RDB load, a full sync or a `RESTORE` is
+/// reading (see `node::note_name`).
+fn note_loaded_name(rdb: *mut raw::RedisModuleIO) {
+    let name = unsafe { api!(RedisModule_GetKeyNameFromIO)(rdb) };
+    if !name.is_null() {
+        node::note_name(rm::bytes(name.cast_mut()));
+    }
 }
 
 fn load_failed(what: &str) -> *mut c_void {
@@ -143,6 +154,7 @@ unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int)
     rm::guard("lease-key load", std::ptr::null_mut, || {
         match encoding::decode_lease(&mut Io(rdb), encver, rm::now_ms()) {
             Ok(lease) => {
+                note_loaded_name(rdb);
                 // The fence it carries raises the sequence once the key is
                 // really stored (the `restore` event, a rescan): Redis may still
                 // refuse the payload after this returns.
@@ -341,6 +353,7 @@ unsafe extern "C" fn resource_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_i
         std::ptr::null_mut,
         || match encoding::decode_resource(&mut Io(rdb), encver) {
             Ok(record) => {
+                note_loaded_name(rdb);
                 node::bump(&STATS.resource_keys);
                 Box::into_raw(Box::new(record)).cast()
             }

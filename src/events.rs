@@ -164,6 +164,9 @@ unsafe extern "C" fn on_flush(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, dat
             if let Some(info) = data.cast::<raw::RedisModuleFlushInfo>().as_ref() {
                 node::index().flush(info.dbnum);
                 forget_removed();
+                if info.dbnum < 0 {
+                    node::forget_names();
+                }
                 // Redis 7.0 serves no client blocked on a key that a flush
                 // took: its waiters are offered the lease again.
                 wake_all(ctx, info.dbnum);
@@ -266,7 +269,9 @@ unsafe extern "C" fn on_keyspace_event(
                         rm::select_db(ctx, MOVED_FROM_DB.load(Ordering::Relaxed));
                     }
                 }
-                b"expire" => keep_without_ttl(ctx, key),
+                // Sent for every TTL set on the server: a name that never
+                // held a lease or a record is not looked up.
+                b"expire" if node::may_be_ours(rm::bytes(key)) => keep_without_ttl(ctx, key),
                 // Every key of an RDB load: only `DEBUG RELOAD ... MERGE`
                 // replaces a value first (its unlink left a note). The name
                 // is the loader's, on its stack: a key handle needs a copy.
@@ -424,6 +429,7 @@ fn arrived(ctx: Ctx, name: RString) {
     let now = rm::now_ms();
     match key.value::<Lease>(lease_type()) {
         Slot::Ours(lease) => {
+            node::note_name(key_bytes);
             if let Some(Floor::Lease(replaced)) = floor {
                 if lease.fence() < replaced {
                     lease.apply(None, replaced);
@@ -440,6 +446,7 @@ fn arrived(ctx: Ctx, name: RString) {
         }
         Slot::WrongType => match key.value::<Resource>(resource_type()) {
             Slot::Ours(record) => {
+                node::note_name(key_bytes);
                 if let Some(Floor::Record(replaced)) = floor {
                     // A lower highest is refused: the record keeps its own.
                     let _ = record.accept(replaced);

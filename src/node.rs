@@ -45,6 +45,45 @@ pub fn index_lease(db: i32, key: &[u8], lease: &mut Lease) {
     }
 }
 
+/// Key names that have held a lease or a record on this node, as one bit
+/// of a hash each: the `expire` notification (sent by every `SET ... EX`
+/// and `EXPIRE` of any key on the server) looks a key up only when its name
+/// may be one of ours, so the module costs other keys' TTLs a hash, not a
+/// key lookup. Set, never unset but by a flush of every database: a stale
+/// bit costs one needless lookup.
+const NAME_BITS: usize = 1 << 20;
+static NAMES: [AtomicU64; NAME_BITS / 64] = [const { AtomicU64::new(0) }; NAME_BITS / 64];
+
+/// FNV-1a over the name: a word and a bit of `NAMES`.
+fn name_bit(key: &[u8]) -> (usize, u64) {
+    let hash = key.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    let bit = (hash as usize) % NAME_BITS;
+    (bit / 64, 1 << (bit % 64))
+}
+
+/// `key` holds a lease or a record now.
+pub fn note_name(key: &[u8]) {
+    let (word, bit) = name_bit(key);
+    if let Some(w) = NAMES.get(word) {
+        w.fetch_or(bit, Ordering::Relaxed);
+    }
+}
+
+/// Whether `key` may hold a lease or a record (false: it never did).
+pub fn may_be_ours(key: &[u8]) -> bool {
+    let (word, bit) = name_bit(key);
+    NAMES
+        .get(word)
+        .is_some_and(|w| w.load(Ordering::Relaxed) & bit != 0)
+}
+
+/// Every database was flushed: no name holds anything of ours.
+pub fn forget_names() {
+    NAMES.iter().for_each(|w| w.store(0, Ordering::Relaxed));
+}
+
 /// Clients blocked in `LEASE.ACQUIRE ... BLOCK`, per key.
 pub fn waiters() -> MutexGuard<'static, WaitQueues> {
     lock(&WAITERS)
@@ -137,4 +176,25 @@ pub fn drop_one(counter: &AtomicU64) {
 
 pub fn read(counter: &AtomicU64) -> u64 {
     counter.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noted_names_may_be_ours_and_others_mostly_not() {
+        let ours: Vec<Vec<u8>> = (0..1000)
+            .map(|i| format!("lock:{i}").into_bytes())
+            .collect();
+        ours.iter().for_each(|k| note_name(k));
+        assert!(ours.iter().all(|k| may_be_ours(k)));
+        // 1,000 noted names in 2^20 bits: other names collide rarely.
+        let collisions = (0..10_000)
+            .filter(|i| may_be_ours(format!("cache:{i}").as_bytes()))
+            .count();
+        assert!(collisions < 100, "{collisions}");
+        forget_names();
+        assert!(!ours.iter().any(|k| may_be_ours(k)));
+    }
 }

@@ -254,6 +254,15 @@ impl Key {
         }
     }
 
+    /// The key's name.
+    pub fn name(&self) -> &[u8] {
+        let name = unsafe { api!(RedisModule_GetKeyNameFromModuleKey)(self.inner.as_ptr()) };
+        if name.is_null() {
+            return &[];
+        }
+        bytes(name.cast_mut())
+    }
+
     /// The database the key is in. In a keyspace notification this is the
     /// event's, where `RedisModule_GetSelectedDb` may not be: Valkey 9 runs
     /// the callback on the command's own client and answers it with the
