@@ -139,7 +139,9 @@ const BOUNDS: &[Bound] = &[
         what: "LEASE.FENCE vs INCR",
         native: &[Step::Fence],
         lua: &[Step::Incr],
-        max: [1.34, 1.38, 1.61, 1.47],
+        // Valkey 9's INCR counted 1,761 to 1,892 between runs (FENCE 2,569
+        // every time): the bound sits above the lowest INCR.
+        max: [1.34, 1.38, 1.61, 1.53],
     },
 ];
 
