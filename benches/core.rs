@@ -1,16 +1,16 @@
 //! Criterion micro benches of the pure core: the lease state machine and the fence
-//! sequence (`src/lease.rs`) and the deadline index (`src/index.rs`).
+//! sequence (`src/model/lease.rs`) and the deadline index (`src/model/index.rs`).
 //!
 //! The crate is a cdylib, so the pure files are compiled in here directly; they import
 //! nothing from `redis_module`. Run: `cargo bench --bench core`.
 
-// Their unit tests come along under cfg(test) but never run here.
+// The module's pure model, compiled in as it is; its unit tests come along
+// under cfg(test) but never run here.
 #[allow(dead_code, unused_imports)]
-#[path = "../src/index.rs"]
-mod index;
-#[allow(dead_code, unused_imports)]
-#[path = "../src/lease.rs"]
-mod lease;
+#[path = "../src/model/mod.rs"]
+mod model;
+
+use model::{index, lease};
 
 use std::hint::black_box;
 

@@ -1,28 +1,30 @@
 //! redis-lease: distributed locks as native leases with fencing tokens.
 //!
-//! The module table and start-up; everything else lives in its own file.
+//! The module table and start-up. The code is layered, each folder calling
+//! only those below it:
+//!
+//! - `commands/`, `background/`: the LEASE commands; the reaper, blocked
+//!   waiters, eviction handling and server events (never the commands);
+//! - `keyspace/`: the module types, node-wide state, and the effects of a
+//!   state change (index, replicate, notify, wake waiters);
+//! - `rm/`: safe wrappers over the module API;
+//! - `model/`: the pure model, unit-tested on an injected clock.
+//!
+//! `scripts/layers` checks the arrows.
 
-mod args;
-mod blocking;
+mod background;
 mod commands;
-mod config;
-mod data_type;
-mod encoding;
-mod error;
-mod events;
-mod eviction;
-mod index;
-mod info;
-mod inner;
-mod lease;
-mod node;
-mod reaper;
+mod keyspace;
+mod model;
 mod rm;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 
-use data_type::{LEASE_TYPE, RESOURCE_TYPE};
+use background::{events, eviction, reaper};
+use keyspace::state as node;
+use keyspace::types::{LEASE_TYPE, RESOURCE_TYPE};
+use model::config;
 
 // Redis's allocator exists only inside a server; unit tests use the system's.
 #[cfg(not(test))]
@@ -69,7 +71,9 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         None => false,
     };
     rm::keep_module_ctx(raw_ctx);
+    keyspace::effects::install_waker();
     let started = commands::register(raw_ctx, with_category)
+        .and_then(|()| commands::subscribe_module_changes(raw_ctx))
         .and_then(|()| events::subscribe(raw_ctx))
         .and_then(|()| events::filter_commands(raw_ctx))
         .and_then(|()| match slot_migration {
@@ -80,7 +84,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         rm::log_warning(raw_ctx, &format!("redis-lease: {e}"));
         return Status::Err;
     }
-    unsafe { rm::api!(RedisModule_RegisterInfoFunc)(raw_ctx, Some(info::info)) };
+    unsafe { rm::api!(RedisModule_RegisterInfoFunc)(raw_ctx, Some(commands::stats::info)) };
     eviction::probe_key_events();
     events::refresh_role(raw_ctx);
     eviction::refresh(raw_ctx);

@@ -28,7 +28,7 @@ const TOO_MANY_INNER_ERR: &str =
 const MINUTE: u64 = 60_000;
 const FENCE_LIMIT: u64 = 1 << 53;
 const MAX_TTL: u64 = 1 << 40;
-/// Deadlines past this are corrupt (src/lease.rs `MAX_DEADLINE_MS`).
+/// Deadlines past this are corrupt (src/model/lease.rs `MAX_DEADLINE_MS`).
 const MAX_DEADLINE: u64 = FENCE_LIMIT / 1024 + MAX_TTL;
 const WAIT: Duration = Duration::from_secs(10);
 

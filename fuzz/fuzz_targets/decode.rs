@@ -1,5 +1,5 @@
 //! `decode`: the decoding of persisted lease-key, fence-rec and fence
-//! sequence values (src/encoding.rs) from a hostile RDB / DUMP payload.
+//! sequence values (src/model/encoding.rs) from a hostile RDB / DUMP payload.
 //! Input: one byte of encoding version, then a module value as Redis
 //! serializes it. See `lease_fuzz::fuzz_decode` and `lease_fuzz::rdb`.
 #![no_main]

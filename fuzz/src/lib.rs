@@ -1,20 +1,17 @@
 //! The fuzz harness of redis-lease: the module's pure files, compiled in as
 //! they are, and the two entry points the libFuzzer targets call.
 //!
-//! `args.rs`, `encoding.rs`, `error.rs` and `lease.rs` sit at the crate root
-//! under their own names, so their `crate::lease` / `crate::error` paths
-//! resolve here exactly as in the module. Nothing here links Redis.
+//! `args.rs`, `encoding.rs`, `error.rs` and `lease.rs` sit in a `model`
+//! module as in the module's own tree, so their `crate::model::...` paths
+//! resolve here exactly as there. Nothing here links Redis.
 
 #![allow(dead_code)]
 
-#[path = "../../src/args.rs"]
-pub mod args;
-#[path = "../../src/encoding.rs"]
-pub mod encoding;
-#[path = "../../src/error.rs"]
-pub mod error;
-#[path = "../../src/lease.rs"]
-pub mod lease;
+/// The module's whole pure model, as it is in its tree.
+#[path = "../../src/model/mod.rs"]
+pub mod model;
+
+pub use model::{args, encoding, error, lease};
 
 pub mod rdb;
 

@@ -10,19 +10,21 @@
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Mutex;
 
 use redis_module::raw;
 
-use crate::data_type::{lease_type, resource_type};
-use crate::lease::{Lease, Resource};
-use crate::node;
+use crate::keyspace::effects;
+use crate::keyspace::removals::{any_removed, forget_removed, take_removed, Floor};
+use crate::keyspace::state;
+use crate::keyspace::types::{lease_type, resource_type};
+use crate::keyspace::unlinked;
+use crate::model::lease::{Lease, Resource};
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
 const OK: c_int = raw::REDISMODULE_OK as c_int;
 
 pub fn subscribe(ctx: Ctx) -> Result<(), String> {
-    let server_events: [(u64, raw::RedisModuleEventCallback); 6] = [
+    let server_events: [(u64, raw::RedisModuleEventCallback); 5] = [
         (
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
             Some(on_role_changed),
@@ -31,7 +33,6 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
         (raw::REDISMODULE_EVENT_FLUSHDB, Some(on_flush)),
         (raw::REDISMODULE_EVENT_SWAPDB, Some(on_swapdb)),
         (raw::REDISMODULE_EVENT_CONFIG, Some(on_config_change)),
-        (raw::REDISMODULE_EVENT_MODULE_CHANGE, Some(on_module_change)),
     ];
     for (id, callback) in server_events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -91,12 +92,12 @@ unsafe extern "C" fn on_slot_migration(
         "slot migration",
         || (),
         || match sub {
-            IMPORT_STARTED => node::import_started(),
-            IMPORT_ABORTED => node::import_ended(),
+            IMPORT_STARTED => state::import_started(),
+            IMPORT_ABORTED => state::import_ended(),
             IMPORT_COMPLETED => {
-                node::import_ended();
-                if node::is_primary() {
-                    crate::reaper::scan_keyspace();
+                state::import_ended();
+                if state::is_primary() {
+                    crate::background::reaper::scan_keyspace();
                 }
             }
             _ => {}
@@ -106,7 +107,7 @@ unsafe extern "C" fn on_slot_migration(
 
 pub fn refresh_role(ctx: Ctx) {
     let primary = rm::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_MASTER != 0;
-    node::set_primary(primary);
+    state::set_primary(primary);
 }
 
 /// # Safety
@@ -122,12 +123,12 @@ unsafe extern "C" fn on_role_changed(
         || (),
         || {
             let primary = sub == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER;
-            node::set_primary(primary);
+            state::set_primary(primary);
             if primary {
                 // The replica kept no index; build it from what it replicated.
-                crate::reaper::rescan();
+                crate::background::reaper::rescan();
             } else {
-                node::index().clear();
+                state::index().clear();
             }
             let _ = ctx;
         },
@@ -143,8 +144,8 @@ unsafe extern "C" fn on_loading(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, _
         || {
             if sub == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
                 refresh_role(ctx);
-                if node::is_primary() {
-                    crate::reaper::rescan();
+                if state::is_primary() {
+                    crate::background::reaper::rescan();
                 }
             }
         },
@@ -162,10 +163,10 @@ unsafe extern "C" fn on_flush(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, dat
         || (),
         || {
             if let Some(info) = data.cast::<raw::RedisModuleFlushInfo>().as_ref() {
-                node::index().flush(info.dbnum);
+                state::index().flush(info.dbnum);
                 forget_removed();
                 if info.dbnum < 0 {
-                    node::forget_names();
+                    state::forget_names();
                 }
                 // Redis 7.0 serves no client blocked on a key that a flush
                 // took: its waiters are offered the lease again.
@@ -177,9 +178,9 @@ unsafe extern "C" fn on_flush(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, dat
 
 /// Offers the lease again to the waiters of every key in `db` (all: < 0).
 fn wake_all(ctx: Ctx, db: i32) {
-    let keys = node::waiters().keys(db);
+    let keys = state::waiters().keys(db);
     for (db, key) in keys {
-        crate::reaper::resignal_later(ctx, db, &key);
+        effects::resignal_later(ctx, db, &key);
     }
 }
 
@@ -191,7 +192,7 @@ unsafe extern "C" fn on_swapdb(ctx: Ctx, _e: raw::RedisModuleEvent, _sub: u64, d
         || (),
         || {
             if let Some(info) = data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() {
-                node::index().swap_db(info.dbnum_first, info.dbnum_second);
+                state::index().swap_db(info.dbnum_first, info.dbnum_second);
                 // Waiters stay with their database number, whose keys
                 // changed under them.
                 wake_all(ctx, info.dbnum_first);
@@ -224,24 +225,13 @@ unsafe extern "C" fn on_config_change(
                     .any(|&n| CStr::from_ptr(n).to_bytes().starts_with(prefix))
             };
             if changed(b"maxmemory") {
-                crate::eviction::refresh(ctx);
+                crate::background::eviction::refresh(ctx);
             }
             if changed(b"latency-monitor-threshold") {
-                crate::reaper::refresh_latency_threshold(ctx);
+                crate::background::reaper::refresh_latency_threshold(ctx);
             }
         },
     )
-}
-
-/// # Safety
-/// Called by Redis for a subscribed server event.
-unsafe extern "C" fn on_module_change(
-    _ctx: Ctx,
-    _e: raw::RedisModuleEvent,
-    _sub: u64,
-    _d: *mut c_void,
-) {
-    crate::inner::forget_verdicts();
 }
 
 /// # Safety
@@ -260,7 +250,7 @@ unsafe extern "C" fn on_keyspace_event(
             let event = CStr::from_ptr(event).to_bytes();
             match event {
                 b"move_to" | b"rename_to" | b"copy_to" | b"restore" => {
-                    crate::eviction::forget_unlinked();
+                    unlinked::forget_unlinked();
                     arrived(ctx, key);
                     if event == b"move_to" {
                         // Valkey 8.1 notifies through the client that runs
@@ -271,7 +261,7 @@ unsafe extern "C" fn on_keyspace_event(
                 }
                 // Sent for every TTL set on the server: a name that never
                 // held a lease or a record is not looked up.
-                b"expire" if node::may_be_ours(rm::bytes(key)) => keep_without_ttl(ctx, key),
+                b"expire" if state::may_be_ours(rm::bytes(key)) => keep_without_ttl(ctx, key),
                 // Every key of an RDB load: only `DEBUG RELOAD ... MERGE`
                 // replaces a value first (its unlink left a note). The name
                 // is the loader's, on its stack: a key handle needs a copy.
@@ -280,19 +270,19 @@ unsafe extern "C" fn on_keyspace_event(
                     arrived(ctx, name.as_ptr());
                 }
                 b"evicted" => {
-                    crate::eviction::on_evicted(ctx, key);
+                    crate::background::eviction::on_evicted(ctx, key);
                     forget_removed();
                     wake_waiters(ctx, key);
                 }
                 b"del" | b"expired" => {
-                    crate::eviction::forget_unlinked();
+                    unlinked::forget_unlinked();
                     forget_removed();
                     wake_waiters(ctx, key);
                 }
                 // Not the removals' notes: a RENAME onto an existing key
                 // unlinks the destination's value before `rename_from`.
                 b"rename_from" | b"move_from" => {
-                    crate::eviction::forget_unlinked();
+                    unlinked::forget_unlinked();
                     wake_waiters(ctx, key);
                     if event == b"move_from" {
                         MOVED_FROM_DB.store(rm::selected_db(ctx), Ordering::Relaxed);
@@ -312,95 +302,9 @@ static MOVED_FROM_DB: AtomicI32 = AtomicI32::new(0);
 /// The key left the keyspace: its waiters must not wait for a release that
 /// will never come.
 fn wake_waiters(ctx: Ctx, key: RString) {
-    if crate::blocking::has_waiters(ctx, key) {
-        crate::reaper::resignal_later(ctx, rm::selected_db(ctx), rm::bytes(key));
+    if effects::has_waiters(ctx, key) {
+        effects::resignal_later(ctx, rm::selected_db(ctx), rm::bytes(key));
     }
-}
-
-/// The last fence of a value an unlink took from under a name: a lease's
-/// fence, a record's highest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Floor {
-    Lease(u64),
-    Record(u64),
-}
-
-/// One unlinked value's note; its key buffer is reused.
-struct Removed {
-    db: i32,
-    key: Vec<u8>,
-    floor: Option<Floor>,
-}
-
-/// The last two values unlinked, so that the value arriving under a name in
-/// the same command (`restore`, `rename_to`, `copy_to`) can be held to the
-/// one it replaced. Two, because `RENAME src dst` unlinks dst's value and
-/// then src's before `rename_to`. Forgotten at every other removal event,
-/// at a flush and at the module's own deletions.
-struct Removals {
-    slots: [Removed; 2],
-    next: usize,
-}
-
-static REMOVED: Mutex<Removals> = Mutex::new(Removals {
-    slots: [
-        Removed {
-            db: 0,
-            key: Vec::new(),
-            floor: None,
-        },
-        Removed {
-            db: 0,
-            key: Vec::new(),
-            floor: None,
-        },
-    ],
-    next: 0,
-});
-
-fn removals() -> std::sync::MutexGuard<'static, Removals> {
-    REMOVED.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Called by the types' unlink callbacks for every value of ours that
-/// leaves the keyspace.
-pub fn note_removed(db: i32, key: &[u8], floor: Floor) {
-    let mut removals = removals();
-    let at = removals.next;
-    removals.next = 1 - at;
-    let slot = &mut removals.slots[at];
-    slot.db = db;
-    slot.key.clear();
-    slot.key.extend_from_slice(key);
-    slot.floor = Some(floor);
-}
-
-/// Whether an unlink left a note no arrival has taken yet.
-fn any_removed() -> bool {
-    removals().slots.iter().any(|s| s.floor.is_some())
-}
-
-/// Forgets the notes: the removals they describe are done with.
-pub fn forget_removed() {
-    let mut removals = removals();
-    for slot in &mut removals.slots {
-        slot.floor = None;
-    }
-}
-
-/// The floor of the value just replaced under `key`, if one was; forgets
-/// the notes either way.
-fn take_removed(db: i32, key: &[u8]) -> Option<Floor> {
-    let mut removals = removals();
-    let floor = removals
-        .slots
-        .iter()
-        .find(|s| s.floor.is_some() && s.db == db && s.key == key)
-        .and_then(|s| s.floor);
-    for slot in &mut removals.slots {
-        slot.floor = None;
-    }
-    floor
 }
 
 /// A lease key or record appeared under a name (`RENAME`, `MOVE`, `COPY`,
@@ -429,29 +333,29 @@ fn arrived(ctx: Ctx, name: RString) {
     let now = rm::now_ms();
     match key.value::<Lease>(lease_type()) {
         Slot::Ours(lease) => {
-            node::note_name(key_bytes);
+            state::note_name(key_bytes);
             if let Some(Floor::Lease(replaced)) = floor {
                 if lease.fence() < replaced {
                     lease.apply(None, replaced);
                 }
             }
-            node::fences().observe(lease.fence(), now);
+            state::fences().observe(lease.fence(), now);
             // A new name: whatever the lease's mark says is about the old one.
             lease.set_index_mark(None);
             if lease.deadline().is_some() {
-                node::index_lease(db, key_bytes, lease);
-            } else if node::is_primary() {
-                node::index().insert(now, db, key_bytes);
+                state::index_lease(db, key_bytes, lease);
+            } else if state::is_primary() {
+                state::index().insert(now, db, key_bytes);
             }
         }
         Slot::WrongType => match key.value::<Resource>(resource_type()) {
             Slot::Ours(record) => {
-                node::note_name(key_bytes);
+                state::note_name(key_bytes);
                 if let Some(Floor::Record(replaced)) = floor {
                     // A lower highest is refused: the record keeps its own.
                     let _ = record.accept(replaced);
                 }
-                node::fences().observe(record.highest(), now);
+                state::fences().observe(record.highest(), now);
             }
             _ => return,
         },
@@ -581,10 +485,10 @@ unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
 
 fn touch_expired_leases() {
     let now = rm::now_ms();
-    if !node::index().next_deadline().is_some_and(|d| d <= now) {
+    if !state::index().next_deadline().is_some_and(|d| d <= now) {
         return;
     }
-    let due = node::index().due(now, EXEC_DUE_LIMIT);
+    let due = state::index().due(now, EXEC_DUE_LIMIT);
     let ctx = rm::module_ctx();
     for (db, key) in due {
         rm::in_db(ctx, db, || {

@@ -28,15 +28,16 @@
 use std::ffi::CStr;
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use redis_module::configuration::ConfigurationContext;
 use redis_module::{enum_configuration, raw, ConfigurationValue, RedisError};
 
-use crate::data_type;
-use crate::error;
-use crate::lease::{Lease, Resource};
-use crate::node::{self, STATS};
+use crate::keyspace::effects;
+use crate::keyspace::state::{self, STATS};
+use crate::keyspace::types;
+use crate::keyspace::unlinked::{self, Saved, Unlinked};
+use crate::model::error;
+use crate::model::lease::{Lease, Resource};
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
 enum_configuration! {
@@ -114,46 +115,10 @@ pub fn admit(ctx: Ctx) -> Result<(), &'static CStr> {
     match MODE.current() {
         AllkeysEviction::allow | AllkeysEviction::restore => Ok(()),
         AllkeysEviction::refuse => {
-            node::bump(&STATS.eviction_refused);
+            state::bump(&STATS.eviction_refused);
             Err(error::EVICTION_REFUSED)
         }
     }
-}
-
-/// A copy of what was just unlinked from the keyspace.
-pub enum Saved {
-    Lease(Lease),
-    Resource(Resource),
-}
-
-struct Unlinked {
-    db: i32,
-    key: Box<[u8]>,
-    value: Saved,
-    /// Monotonic µs when the copy was taken.
-    at_us: u64,
-}
-
-static LAST_UNLINKED: Mutex<Option<Unlinked>> = Mutex::new(None);
-
-/// Whether the server names evictions in a key event (Redis 7.2+, Valkey).
-static KEY_EVENTS: AtomicBool = AtomicBool::new(false);
-
-/// How long an unlink copy waits for its `evicted` event on Redis 7.0. Both
-/// happen in the same eviction step, microseconds of CPU apart, but the
-/// server thread can be off its CPU between them for milliseconds on a busy
-/// machine (seconds under valgrind), and a copy taken then must still count.
-/// The window only bounds how long a copy from a removal that was not an
-/// eviction (made by a script that went over `maxmemory`) can wait for an
-/// eviction of its key name.
-const UNLINK_WINDOW_US: u64 = 1_000_000;
-
-fn monotonic_us() -> u64 {
-    unsafe { raw::RedisModule_MonotonicMicroseconds }.map_or(0, |f| unsafe { f() })
-}
-
-fn keep(unlinked: Option<Unlinked>) {
-    *LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner()) = unlinked;
 }
 
 const KEY_EVENT: raw::RedisModuleEvent = raw::RedisModuleEvent {
@@ -168,7 +133,7 @@ static LISTENING: AtomicBool = AtomicBool::new(false);
 pub fn probe_key_events() {
     let supported = unsafe { raw::RedisModule_IsSubEventSupported }
         .is_some_and(|f| unsafe { f(KEY_EVENT, raw::REDISMODULE_SUBEVENT_KEY_EVICTED) != 0 });
-    KEY_EVENTS.store(supported, Ordering::Relaxed);
+    unlinked::set_key_events(supported);
 }
 
 /// Listens to key events while eviction can take a lease (`allkeys-*` with
@@ -176,7 +141,7 @@ pub fn probe_key_events() {
 /// key for every key it deletes, and `DEBUG RELOAD ... MERGE` then aborts
 /// Redis 8.2 and Valkey (a key on the stack retained for the event).
 fn listen_to_key_events(ctx: Ctx, listen: bool) {
-    if !KEY_EVENTS.load(Ordering::Relaxed) || LISTENING.load(Ordering::Relaxed) == listen {
+    if !unlinked::key_events() || LISTENING.load(Ordering::Relaxed) == listen {
         return;
     }
     let callback: raw::RedisModuleEventCallback = listen.then_some(on_key_event);
@@ -209,11 +174,11 @@ unsafe extern "C" fn on_key_event(
             let Some(mut key) = Key::borrowed(info.key) else {
                 return;
             };
-            let saved = match key.value::<Lease>(data_type::lease_type()) {
+            let saved = match key.value::<Lease>(types::lease_type()) {
                 Slot::Ours(lease) if lease.is_live(rm::now_ms()) => {
                     Some(Saved::Lease(lease.clone()))
                 }
-                Slot::WrongType => match key.value::<Resource>(data_type::resource_type()) {
+                Slot::WrongType => match key.value::<Resource>(types::resource_type()) {
                     Slot::Ours(r) => Some(Saved::Resource(*r)),
                     _ => None,
                 },
@@ -224,65 +189,18 @@ unsafe extern "C" fn on_key_event(
                 return;
             }
             let db = api!(RedisModule_GetDbIdFromModuleKey)(info.key);
-            keep(saved.map(|value| Unlinked {
-                db,
-                key: rm::bytes(name.cast_mut()).into(),
-                value,
-                at_us: monotonic_us(),
-            }));
+            unlinked::keep(db, rm::bytes(name.cast_mut()), saved);
         },
     )
-}
-
-/// Called by the types' unlink callbacks on every removal of one of our
-/// values, with a way to copy it when it is a live lease or a record: on
-/// servers without key events, takes the copy in case this removal is an
-/// eviction (memory is over the limit), and forgets any older copy either
-/// way.
-pub fn note_unlinked(db: i32, key: &[u8], copy: Option<impl FnOnce() -> Saved>) {
-    if KEY_EVENTS.load(Ordering::Relaxed) {
-        return;
-    }
-    let value = copy.filter(|_| over_maxmemory()).map(|copy| copy());
-    keep(value.map(|value| Unlinked {
-        db,
-        key: key.into(),
-        value,
-        at_us: monotonic_us(),
-    }));
-}
-
-/// Memory used over `maxmemory`, as the server counts it for eviction (a
-/// ratio of 1 or more; 0 without a limit).
-fn over_maxmemory() -> bool {
-    unsafe { raw::RedisModule_GetUsedMemoryRatio }.is_some_and(|f| unsafe { f() } >= 1.0)
-}
-
-/// A removal that was not an eviction (`DEL`, `RENAME`, ...): the copy it
-/// left is not owed a restore.
-pub fn forget_unlinked() {
-    if !KEY_EVENTS.load(Ordering::Relaxed) {
-        keep(None);
-    }
 }
 
 /// The `evicted` keyspace event: if it took a live lease or a record, count
 /// it, and restore it or say so in the log.
 pub fn on_evicted(ctx: Ctx, key: RString) {
-    let db = rm::selected_db(ctx);
-    let name = rm::bytes(key);
-    let taken = LAST_UNLINKED
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
-    let fresh = |u: &Unlinked| {
-        KEY_EVENTS.load(Ordering::Relaxed)
-            || monotonic_us().saturating_sub(u.at_us) <= UNLINK_WINDOW_US
-    };
-    let Some(unlinked) = taken.filter(|u| u.db == db && *u.key == *name && fresh(u)) else {
+    let Some(unlinked) = unlinked::take(rm::selected_db(ctx), rm::bytes(key)) else {
         return;
     };
-    node::bump(&STATS.evicted);
+    state::bump(&STATS.evicted);
     if MODE.current() == AllkeysEviction::restore && restore_supported() {
         let job = Box::into_raw(Box::new(unlinked)).cast::<c_void>();
         let queued = unsafe {
@@ -350,19 +268,19 @@ fn restore(ctx: Ctx, unlinked: &mut Unlinked) {
     let value = std::mem::replace(&mut unlinked.value, Saved::Resource(Resource::default()));
     match value {
         Saved::Lease(lease) => {
-            let lease = data_type::store_lease(&mut key, lease);
-            crate::commands::replicate_lease(ctx, name.as_ptr(), lease);
-            node::index_lease(unlinked.db, &unlinked.key, lease);
+            let lease = types::store_lease(&mut key, lease);
+            effects::replicate_lease(ctx, name.as_ptr(), lease);
+            state::index_lease(unlinked.db, &unlinked.key, lease);
             drop(key);
         }
         Saved::Resource(record) => {
             let highest = record.highest();
-            data_type::store_resource(&mut key, record);
+            types::store_resource(&mut key, record);
             drop(key);
-            crate::commands::replicate_record(ctx, name.as_ptr(), highest);
+            effects::replicate_record(ctx, name.as_ptr(), highest);
         }
     }
-    node::bump(&STATS.restored);
+    state::bump(&STATS.restored);
 }
 
 /// # Safety

@@ -4,8 +4,8 @@
 
 use std::ffi::CStr;
 
-use crate::error;
-use crate::lease::{Holder, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::model::error;
+use crate::model::lease::{Holder, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS};
 
 /// Parses a non-negative decimal integer as Redis does: no sign, no
 /// leading zeros, no spaces.

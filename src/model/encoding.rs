@@ -4,7 +4,7 @@
 //! checked; anything out of range refuses the load instead of building a
 //! lease the rest of the module would trust.
 
-use crate::lease::{
+use crate::model::lease::{
     Holder, Lease, Resource, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS,
 };
 

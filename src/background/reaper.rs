@@ -5,21 +5,18 @@
 //! scan budget); a tick that used its budget schedules the next at once.
 
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use redis_module::raw;
 
-use crate::config;
-use crate::data_type::{self, lease_type};
-use crate::index::Due;
-use crate::lease::Lease;
-use crate::node::{self, STATS};
+use crate::keyspace::effects;
+use crate::keyspace::state::{self, STATS};
+use crate::keyspace::types::{self, lease_type};
+use crate::model::config;
+use crate::model::index::Due;
+use crate::model::lease::Lease;
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
-
-/// How soon a timer that found writes paused looks again: pauses end at a
-/// time only the server knows, and expiry resumes within this of it.
-const PAUSED_RETRY_MS: i64 = 10;
 
 /// Keys a rebuild scan visits per tick.
 const SCAN_BUDGET: usize = 2_000;
@@ -33,13 +30,6 @@ struct Rescan {
 unsafe impl Send for Rescan {}
 
 static RESCAN: Mutex<Option<Rescan>> = Mutex::new(None);
-
-/// Keys whose waiters must be offered the lease again: the queue head left
-/// unserved (timeout, disconnect), or the key vanished under its waiters
-/// (`DEL`, `RENAME`, eviction). Handled by a one-shot timer a millisecond
-/// later, outside the callback that noticed it.
-static RESIGNAL: Mutex<Vec<(i32, Box<[u8]>)>> = Mutex::new(Vec::new());
-static RESIGNAL_ARMED: AtomicBool = AtomicBool::new(false);
 
 /// The server's `latency-monitor-threshold` in ms, 0 when the monitor is
 /// off; read at load and on every change of it.
@@ -76,7 +66,7 @@ fn schedule(ctx: Ctx, after_ms: i64) {
 
 /// Rebuilds the deadline index from the keyspace, a little each tick.
 pub fn rescan() {
-    node::index().clear();
+    state::index().clear();
     scan_keyspace();
 }
 
@@ -91,51 +81,18 @@ pub fn scan_keyspace() {
     *rescan = Some(Rescan { db: 0, cursor });
 }
 
-/// Asks for `key`'s waiters to be offered the lease again shortly.
-pub fn resignal_later(ctx: Ctx, db: i32, key: &[u8]) {
-    {
-        let mut pending = RESIGNAL.lock().unwrap_or_else(|e| e.into_inner());
-        // One removal can be reported twice (its unlink, then its event).
-        if !pending.iter().any(|(d, k)| *d == db && **k == *key) {
-            pending.push((db, key.into()));
-        }
-    }
-    if !RESIGNAL_ARMED.swap(true, Ordering::Relaxed) {
-        unsafe { api!(RedisModule_CreateTimer)(ctx, 1, Some(resignal_tick), std::ptr::null_mut()) };
-    }
-}
-
-/// # Safety
-/// Called by Redis as a module timer callback.
-unsafe extern "C" fn resignal_tick(ctx: Ctx, _data: *mut c_void) {
-    if rm::writes_paused() {
-        // Serving a waiter writes: try again once the pause ends.
-        unsafe {
-            api!(RedisModule_CreateTimer)(
-                ctx,
-                PAUSED_RETRY_MS,
-                Some(resignal_tick),
-                std::ptr::null_mut(),
-            )
-        };
-        return;
-    }
-    RESIGNAL_ARMED.store(false, Ordering::Relaxed);
-    rm::guard("waiter resignal", || (), || resignal(ctx));
-}
-
 /// # Safety
 /// Called by Redis as a module timer callback.
 unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
     let next = rm::guard("reaper", config::reap_interval_ms, || {
         let interval = config::reap_interval_ms();
-        if !node::is_primary() {
+        if !state::is_primary() {
             return interval;
         }
         if rm::writes_paused() {
             // Deleting or handing over an expired lease writes; the server's
             // own active expiry waits out a pause the same way.
-            return PAUSED_RETRY_MS;
+            return effects::PAUSED_RETRY_MS;
         }
         let now = rm::now_ms();
         let batch = config::reap_batch();
@@ -147,39 +104,13 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
             return 1;
         }
         // Wake for the next deadline, so waiters get an expired lease on time.
-        match node::index().next_deadline() {
+        match state::index().next_deadline() {
             Some(d) if d > now => interval.min((d - now) as i64),
             Some(_) => 1,
             None => interval,
         }
     });
     schedule(ctx, next);
-}
-
-fn resignal(ctx: Ctx) {
-    let pending = std::mem::take(&mut *RESIGNAL.lock().unwrap_or_else(|e| e.into_inner()));
-    for (db, key) in pending {
-        if node::waiters().len(db, &key) == 0 || !rm::select_db(ctx, db) {
-            continue;
-        }
-        let name = OwnedString::new(ctx, &key);
-        if let Some(mut open) = Key::open_write(ctx, name.as_ptr()) {
-            if open.is_empty() && !rm::serves_slot_of(ctx, name.as_ptr()) {
-                // Migrated away: the server redirects its waiters.
-                continue;
-            }
-            if open.is_empty() {
-                // The key vanished under its waiters. Blocked clients are
-                // served only on keys that exist (Redis 7.0), so put a free
-                // lease record there for the head of the queue to take; the
-                // reaper deletes it if the queue empties first.
-                let lease = data_type::store_lease(&mut open, Lease::default());
-                crate::commands::replicate_lease(ctx, name.as_ptr(), lease);
-                node::index().insert(rm::now_ms(), db, &key);
-            }
-        }
-        crate::blocking::signal(ctx, name.as_ptr());
-    }
 }
 
 /// Handles up to `batch` due index entries; returns how many it took.
@@ -192,7 +123,7 @@ fn reap(ctx: Ctx, now: u64, batch: usize) -> usize {
     let mut deleted: Vec<OwnedString> = Vec::new();
     let mut deleted_db = 0;
     while taken < batch {
-        let Some(entry) = node::index().pop_due(now) else {
+        let Some(entry) = state::index().pop_due(now) else {
             break;
         };
         taken += 1;
@@ -217,7 +148,7 @@ fn reap(ctx: Ctx, now: u64, batch: usize) -> usize {
 fn replicate_deletions(ctx: Ctx, db: i32, names: &mut Vec<OwnedString>) {
     if rm::select_db(ctx, db) {
         let keys: Vec<RString> = names.iter().map(OwnedString::as_ptr).collect();
-        if node::is_cluster() {
+        if state::is_cluster() {
             // Each key on its own: a slot being exported (Valkey's atomic
             // slot migration) takes only commands within one slot.
             keys.iter().for_each(|k| rm::replicate_del(ctx, &[*k]));
@@ -245,21 +176,21 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
         // Renewed since it was indexed, or an older entry of a key that has
         // another: the lease needs one entry, at its deadline.
         let entry_elsewhere = lease.index_mark().is_some_and(|at| {
-            at != entry.deadline_ms() && node::index().contains(at, db, key_bytes)
+            at != entry.deadline_ms() && state::index().contains(at, db, key_bytes)
         });
         if !entry_elsewhere {
             lease.set_index_mark(None);
-            node::index_lease(db, key_bytes, lease);
+            state::index_lease(db, key_bytes, lease);
         }
         return false;
     }
-    if node::waiters().len(db, key_bytes) > 0 {
+    if state::waiters().len(db, key_bytes) > 0 {
         // Expired with a queue: the head waiter takes it now. The key keeps
         // an entry, to be looked at again after the waiter's grant.
         drop(key);
-        crate::blocking::signal(ctx, name);
+        effects::signal(ctx, name);
         let recheck = now.saturating_add(config::reap_interval_ms() as u64);
-        node::index().insert(recheck, db, key_bytes);
+        state::index().insert(recheck, db, key_bytes);
         return false;
     }
     let expired = lease.deadline().is_some();
@@ -269,11 +200,11 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
     let Some(mut key) = Key::open_write(ctx, name) else {
         return false;
     };
-    data_type::delete(&mut key);
+    types::delete(&mut key);
     drop(key);
     if expired {
         rm::notify(ctx, c"lease.expire", name);
-        node::bump(&STATS.expired);
+        state::bump(&STATS.expired);
     }
     true
 }
@@ -357,13 +288,13 @@ unsafe extern "C" fn index_scanned_key(
             // deletes it if its queue is gone. Marks from before the index
             // was cleared are stale: every key gets its entry again.
             let due = lease.deadline().unwrap_or(0);
-            node::index().insert(due, state.db, rm::bytes(name));
+            state::index().insert(due, state.db, rm::bytes(name));
             lease.set_index_mark(Some(due));
-            node::fences().observe(lease.fence(), rm::now_ms());
+            state::fences().observe(lease.fence(), rm::now_ms());
             true
         }
         Slot::WrongType => matches!(
-            key.value::<crate::lease::Resource>(data_type::resource_type()),
+            key.value::<crate::model::lease::Resource>(types::resource_type()),
             Slot::Ours(_)
         ),
         Slot::Empty => false,

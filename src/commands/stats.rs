@@ -6,8 +6,8 @@ use std::os::raw::c_int;
 
 use redis_module::raw;
 
-use crate::eviction;
-use crate::node::{self, read, STATS};
+use crate::background::eviction;
+use crate::keyspace::state::{self, read, STATS};
 use crate::rm::api;
 
 /// # Safety
@@ -23,9 +23,9 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
             api!(RedisModule_InfoAddSection)(ctx, std::ptr::null());
             add(c"keys", read(&STATS.lease_keys));
             add(c"resource_keys", read(&STATS.resource_keys));
-            add(c"indexed_deadlines", node::index().len() as u64);
-            add(c"waiters", node::waiters().total() as u64);
-            add(c"fence_last", node::fences().last());
+            add(c"indexed_deadlines", state::index().len() as u64);
+            add(c"waiters", state::waiters().total() as u64);
+            add(c"fence_last", state::fences().last());
             add(c"grants", read(&STATS.grants));
             add(c"grants_to_waiters", read(&STATS.waiter_grants));
             add(c"retries", read(&STATS.retries));
@@ -54,7 +54,7 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
             let mode = format!("{:?}", eviction::MODE.current());
             let mode = CString::new(mode).unwrap_or_default();
             api!(RedisModule_InfoAddFieldCString)(ctx, c"allkeys_eviction".as_ptr(), mode.as_ptr());
-            add(c"role_primary", u64::from(node::is_primary()));
+            add(c"role_primary", u64::from(state::is_primary()));
         },
     )
 }

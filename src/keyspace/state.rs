@@ -6,10 +6,11 @@
 //! the statics safe, not to coordinate threads.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard};
+use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 
-use crate::index::DeadlineIndex;
-use crate::lease::{FenceSequence, Lease, WaitQueues};
+use crate::model::index::DeadlineIndex;
+use crate::model::lease::{FenceSequence, Lease, WaitQueues};
+use crate::rm::{self, Ctx};
 
 static FENCES: Mutex<FenceSequence> = Mutex::new(FenceSequence::new());
 static INDEX: Mutex<DeadlineIndex> = Mutex::new(DeadlineIndex::new());
@@ -82,6 +83,42 @@ pub fn may_be_ours(key: &[u8]) -> bool {
 /// Every database was flushed: no name holds anything of ours.
 pub fn forget_names() {
     NAMES.iter().for_each(|w| w.store(0, Ordering::Relaxed));
+}
+
+/// Keys whose waiters must be offered the lease again: the queue head left
+/// unserved (timeout, disconnect), or the key vanished or changed type under
+/// its waiters (`DEL`, `RENAME`, an overwrite, eviction, a flush). Handled by
+/// a one-shot timer a millisecond later, outside the callback that noticed
+/// it: the effects layer's, installed at load, so that the types' unlink
+/// callbacks can ask for it without calling upwards.
+static WAKES: Mutex<Vec<(i32, Box<[u8]>)>> = Mutex::new(Vec::new());
+static WAKE_ARMED: AtomicBool = AtomicBool::new(false);
+static WAKER: OnceLock<unsafe extern "C" fn(Ctx, *mut std::os::raw::c_void)> = OnceLock::new();
+
+pub fn set_waker(waker: unsafe extern "C" fn(Ctx, *mut std::os::raw::c_void)) {
+    let _ = WAKER.set(waker);
+}
+
+/// Queues `key`'s waiters for a wake and arms the timer.
+pub fn wake_later(ctx: Ctx, db: i32, key: &[u8]) {
+    {
+        let mut pending = lock(&WAKES);
+        // One removal can be reported twice (its unlink, then its event).
+        if !pending.iter().any(|(d, k)| *d == db && **k == *key) {
+            pending.push((db, key.into()));
+        }
+    }
+    if let Some(&waker) = WAKER.get() {
+        if !WAKE_ARMED.swap(true, Ordering::Relaxed) {
+            rm::timer(ctx, 1, waker);
+        }
+    }
+}
+
+/// The queued wakes, for the timer; it may arm itself again.
+pub fn take_wakes() -> Vec<(i32, Box<[u8]>)> {
+    WAKE_ARMED.store(false, Ordering::Relaxed);
+    std::mem::take(&mut *lock(&WAKES))
 }
 
 /// Clients blocked in `LEASE.ACQUIRE ... BLOCK`, per key.

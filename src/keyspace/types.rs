@@ -18,15 +18,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::args;
-use crate::encoding::{self, Reader};
-use crate::events;
-use crate::eviction;
-use crate::lease::{Lease, Resource};
-use crate::node::{self, STATS};
+use crate::keyspace::removals::{self, Floor};
+use crate::keyspace::state::{self, STATS};
+use crate::keyspace::unlinked::{self, Saved};
+use crate::model::args;
+use crate::model::encoding::{self, Reader};
+use crate::model::lease::{Lease, Resource};
 use crate::rm::{self, api, Key};
 
-pub use crate::encoding::ENCODING_VERSION;
+pub use crate::model::encoding::ENCODING_VERSION;
 
 pub static LEASE_TYPE: RedisType = RedisType::new(
     "lease-key",
@@ -90,8 +90,8 @@ pub fn resource_type() -> *mut raw::RedisModuleType {
 
 /// Stores a new lease value in an empty key.
 pub fn store_lease(key: &mut Key, lease: Lease) -> &mut Lease {
-    node::bump(&STATS.lease_keys);
-    node::note_name(key.name());
+    state::bump(&STATS.lease_keys);
+    state::note_name(key.name());
     key.set(lease_type(), Box::new(lease))
 }
 
@@ -109,17 +109,17 @@ pub fn delete(key: &mut Key) {
 
 /// Stores a new resource record in an empty key.
 pub fn store_resource(key: &mut Key, resource: Resource) -> &mut Resource {
-    node::bump(&STATS.resource_keys);
-    node::note_name(key.name());
+    state::bump(&STATS.resource_keys);
+    state::note_name(key.name());
     key.set(resource_type(), Box::new(resource))
 }
 
 /// Notes the name of the key an RDB load, a full sync or a `RESTORE` is
-/// reading (see `node::note_name`).
+/// reading (see `state::note_name`).
 fn note_loaded_name(rdb: *mut raw::RedisModuleIO) {
     let name = unsafe { api!(RedisModule_GetKeyNameFromIO)(rdb) };
     if !name.is_null() {
-        node::note_name(rm::bytes(name.cast_mut()));
+        state::note_name(rm::bytes(name.cast_mut()));
     }
 }
 
@@ -158,7 +158,7 @@ unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int)
                 // The fence it carries raises the sequence once the key is
                 // really stored (the `restore` event, a rescan): Redis may still
                 // refuse the payload after this returns.
-                node::bump(&STATS.lease_keys);
+                state::bump(&STATS.lease_keys);
                 Box::into_raw(Box::new(lease)).cast()
             }
             Err(what) => load_failed(what),
@@ -241,7 +241,7 @@ unsafe extern "C" fn lease_digest(md: *mut raw::RedisModuleDigest, value: *mut c
 unsafe extern "C" fn lease_free(value: *mut c_void) {
     if !value.is_null() {
         drop(Box::from_raw(value.cast::<Lease>()));
-        node::drop_one(&STATS.lease_keys);
+        state::drop_one(&STATS.lease_keys);
     }
 }
 
@@ -286,17 +286,17 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
             let Some(lease) = value.cast::<Lease>().as_ref() else {
                 return;
             };
-            if let (Some(at), true) = (lease.index_mark(), node::is_primary()) {
-                node::index().remove(at, db, key);
+            if let (Some(at), true) = (lease.index_mark(), state::is_primary()) {
+                state::index().remove(at, db, key);
             }
             if !OWN_DELETE.load(Ordering::Relaxed) {
-                events::note_removed(db, key, events::Floor::Lease(lease.fence()));
+                removals::note_removed(db, key, Floor::Lease(lease.fence()));
             }
-            if node::waiters().len(db, key) > 0 {
-                crate::reaper::resignal_later(rm::module_ctx(), db, key);
+            if state::waiters().len(db, key) > 0 {
+                state::wake_later(rm::module_ctx(), db, key);
             }
             let live = Some(lease).filter(|l| l.is_live(rm::now_ms()));
-            eviction::note_unlinked(db, key, live.map(|l| || eviction::Saved::Lease(l.clone())));
+            unlinked::note_unlinked(db, key, live.map(|l| || Saved::Lease(l.clone())));
         },
     )
 }
@@ -311,9 +311,9 @@ unsafe extern "C" fn resource_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value:
             if let Some((db, key)) = unlinked_key(ctx) {
                 let record = value.cast::<Resource>().as_ref();
                 if let Some(r) = record {
-                    events::note_removed(db, key, events::Floor::Record(r.highest()));
+                    removals::note_removed(db, key, Floor::Record(r.highest()));
                 }
-                eviction::note_unlinked(db, key, record.map(|r| || eviction::Saved::Resource(*r)));
+                unlinked::note_unlinked(db, key, record.map(|r| || Saved::Resource(*r)));
             }
         },
     )
@@ -327,7 +327,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
         || raw::REDISMODULE_ERR as c_int,
         || match encoding::decode_sequence(&mut Io(rdb), encver) {
             Ok(last) => {
-                node::fences().observe(last, rm::now_ms());
+                state::fences().observe(last, rm::now_ms());
                 raw::REDISMODULE_OK as c_int
             }
             Err(what) => {
@@ -341,7 +341,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
 /// # Safety
 /// Called by Redis with a valid IO handle while saving an RDB.
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    let last = node::fences().last();
+    let last = state::fences().last();
     api!(RedisModule_SaveUnsigned)(rdb, last);
 }
 
@@ -354,7 +354,7 @@ unsafe extern "C" fn resource_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_i
         || match encoding::decode_resource(&mut Io(rdb), encver) {
             Ok(record) => {
                 note_loaded_name(rdb);
-                node::bump(&STATS.resource_keys);
+                state::bump(&STATS.resource_keys);
                 Box::into_raw(Box::new(record)).cast()
             }
             Err(what) => load_failed(what),
@@ -406,7 +406,7 @@ unsafe extern "C" fn resource_digest(md: *mut raw::RedisModuleDigest, value: *mu
 unsafe extern "C" fn resource_free(value: *mut c_void) {
     if !value.is_null() {
         drop(Box::from_raw(value.cast::<Resource>()));
-        node::drop_one(&STATS.resource_keys);
+        state::drop_one(&STATS.resource_keys);
     }
 }
 
@@ -419,7 +419,7 @@ unsafe extern "C" fn resource_copy(
 ) -> *mut c_void {
     match value.cast::<Resource>().as_ref() {
         Some(r) => {
-            node::bump(&STATS.resource_keys);
+            state::bump(&STATS.resource_keys);
             Box::into_raw(Box::new(*r)).cast()
         }
         None => std::ptr::null_mut(),

@@ -8,18 +8,25 @@
 //! deletion), so replicas and AOF replay never consult their own clock or
 //! random source.
 
+mod inner;
+pub mod stats;
+
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
 use redis_module::raw;
 
-use crate::args::{self, check_token, parse_fence, parse_ttl};
-use crate::data_type::{self, lease_type, resource_type};
-use crate::error;
-use crate::inner::{self, Verdict};
-use crate::lease::{Acquire, Lease, Resource, State};
-use crate::node::{self, STATS};
+use crate::keyspace::effects::{
+    self, expired_before_reaping, granted, index_lease, replicate_held, replicate_lease,
+    replicate_record, Wire,
+};
+use crate::keyspace::state::{self, STATS};
+use crate::keyspace::types::{self, lease_type, resource_type};
+use crate::model::args::{self, check_token, parse_fence, parse_ttl};
+use crate::model::error;
+use crate::model::lease::{Acquire, Lease, Resource, State};
 use crate::rm::{self, api, Ctx, Key, RString, Slot};
+use inner::Verdict;
 
 const OK: c_int = raw::REDISMODULE_OK as c_int;
 
@@ -97,66 +104,6 @@ fn last_argument(args: &[RString], redact: &mut dyn FnMut(usize)) {
     }
 }
 
-/// Indexes a lease that has no entry yet (see `node::index_lease`).
-///
-/// The index is told where a lease's entry is, not every deadline it gets:
-/// renewals and repeated grants leave the entry where it is, and when the
-/// reaper reaches an entry whose lease has moved on it puts the entry at the
-/// lease's deadline. That keeps every renewal free of index work; the reaper
-/// pays once per entry instead.
-fn index_lease(ctx: Ctx, key: RString, lease: &mut Lease) {
-    node::index_lease(rm::selected_db(ctx), rm::bytes(key), lease);
-}
-
-/// A holder's token as `LEASE.APPLY` carries it: the client's own argument
-/// where the token came from one (passed on as is, no copy), else its bytes.
-#[derive(Clone, Copy)]
-pub enum Wire<'a> {
-    Arg(RString),
-    Bytes(&'a [u8]),
-}
-
-/// Propagates a lease's whole state as `LEASE.APPLY`.
-pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
-    let (deadline, token) = lease.persisted_holder();
-    replicate_holder(ctx, key, lease.fence(), deadline, Wire::Bytes(&token));
-}
-
-/// `LEASE.APPLY key fence:deadline token`. Callers that have the holder's
-/// token at hand pass it, rather than have a compact stored token rebuilt.
-///
-/// The numbers go as one argument of text made here: the server turns
-/// each argument into an allocation of its own, and a `l` into two.
-fn replicate_holder(ctx: Ctx, key: RString, fence: u64, deadline: u64, token: Wire) {
-    let mut buf = [0u8; args::STATE_LEN];
-    let state = args::apply_state(fence, deadline, &mut buf);
-    let apply = c"LEASE.APPLY".as_ptr();
-    let (s, sl) = (state.as_ptr(), state.len());
-    unsafe {
-        match token {
-            Wire::Arg(t) => api!(RedisModule_Replicate)(ctx, apply, c"sbs".as_ptr(), key, s, sl, t),
-            Wire::Bytes(t) => api!(RedisModule_Replicate)(
-                ctx,
-                apply,
-                c"sbb".as_ptr(),
-                key,
-                s,
-                sl,
-                t.as_ptr(),
-                t.len(),
-            ),
-        }
-    };
-}
-
-/// Propagates a held lease whose holder's token is `token`.
-fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: Wire) {
-    match lease.deadline() {
-        Some(deadline) => replicate_holder(ctx, key, lease.fence(), deadline, token),
-        None => replicate_lease(ctx, key, lease),
-    }
-}
-
 /// The lease in an open key: `None` for an empty key, an error for a key of
 /// another type.
 fn lease_in(key: &mut Key) -> Result<Option<&mut Lease>, &'static CStr> {
@@ -194,7 +141,7 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         Ok(p) => p,
         Err(e) => return rm::reply_error(ctx, e),
     };
-    if let Err(e) = crate::eviction::admit(ctx) {
+    if let Err(e) = crate::background::eviction::admit(ctx) {
         return rm::reply_error(ctx, e);
     }
     let generated;
@@ -216,61 +163,46 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         Slot::Ours(lease) => (lease, true),
     };
     // Clients already waiting get a free lease before this caller does.
-    let queue_ahead = crate::blocking::has_waiters(ctx, key_name);
+    let queue_ahead = effects::has_waiters(ctx, key_name);
     // A grant over a holder is a grant over an expired one.
     let had_holder = lease.deadline().is_some();
-    let outcome = lease.acquire(token, parsed.ttl_ms, now, queue_ahead, &mut node::fences());
+    let outcome = lease.acquire(token, parsed.ttl_ms, now, queue_ahead, &mut state::fences());
     let fence = match outcome {
         Err(_) => return rm::reply_error(ctx, error::FENCE_EXHAUSTED),
         Ok(Acquire::Busy) => {
-            node::bump(&STATS.contended);
+            state::bump(&STATS.contended);
             if queue_ahead && !lease.is_live(now) {
                 // Free, but owed to the queue: serve its head now rather
                 // than at the reaper's next tick.
-                crate::blocking::signal(ctx, key_name);
+                effects::signal(ctx, key_name);
             }
             return match parsed.block_ms {
                 Some(timeout) => {
-                    crate::blocking::block(ctx, key_name, token, parsed.ttl_ms, timeout)
+                    crate::background::waiters::block(ctx, key_name, token, parsed.ttl_ms, timeout)
                 }
                 None => rm::reply_null_array(ctx),
             };
         }
         Ok(Acquire::Granted { fence }) => {
-            node::bump(&STATS.grants);
+            state::bump(&STATS.grants);
             if had_holder {
                 expired_before_reaping(ctx, key_name);
             }
             fence
         }
         Ok(Acquire::Retried { fence }) => {
-            node::bump(&STATS.retries);
+            state::bump(&STATS.retries);
             fence
         }
     };
     let lease = if stored {
         lease
     } else {
-        data_type::store_lease(&mut key, fresh)
+        types::store_lease(&mut key, fresh)
     };
     granted(ctx, key_name, lease, wire);
     drop(key);
     reply_grant(ctx, token, fence)
-}
-
-/// A grant took over a lease that had expired before the reaper reached
-/// it: the expiry is announced and counted here, as the reaper would have.
-pub fn expired_before_reaping(ctx: Ctx, key: RString) {
-    node::bump(&STATS.expired);
-    rm::notify(ctx, c"lease.expire", key);
-}
-
-/// The effects of a grant (new or repeated) to `token` on an open lease:
-/// index (for a lease without an entry), replication, notification.
-pub fn granted(ctx: Ctx, key: RString, lease: &mut Lease, token: Wire) {
-    index_lease(ctx, key, lease);
-    replicate_held(ctx, key, lease, token);
-    rm::notify(ctx, c"lease.acquire", key);
 }
 
 /// `LEASE.RENEW key token ttl`
@@ -308,7 +240,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
         l.renew(token, ttl_ms, rm::now_ms()).then_some(l)
     });
     let Some(lease) = renewed else {
-        node::bump(&STATS.renewals_rejected);
+        state::bump(&STATS.renewals_rejected);
         return rm::reply_integer(ctx, 0);
     };
     // A renewal to a shorter ttl moves the deadline before the lease's
@@ -316,7 +248,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
     if mark.is_some_and(|at| lease.deadline().is_some_and(|d| d < at)) {
         index_lease(ctx, *key_name, lease);
     }
-    node::bump(&STATS.renewals);
+    state::bump(&STATS.renewals);
     replicate_held(ctx, *key_name, lease, Wire::Arg(*token_arg));
     rm::notify(ctx, c"lease.renew", *key_name);
     rm::reply_integer(ctx, 1)
@@ -354,7 +286,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         if lease.is_none() {
             return rm::reply_integer(ctx, 0);
         }
-        data_type::delete(&mut key);
+        types::delete(&mut key);
         drop(key);
         // Into this node's own AOF: a module command is written there only
         // when it replicates itself.
@@ -364,20 +296,20 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
     }
     let now = rm::now_ms();
     let Some(lease) = lease else {
-        node::bump(&STATS.releases_rejected);
+        state::bump(&STATS.releases_rejected);
         return rm::reply_integer(ctx, 0);
     };
     let mark = lease.index_mark();
     if !lease.release(token, now) {
-        node::bump(&STATS.releases_rejected);
+        state::bump(&STATS.releases_rejected);
         return rm::reply_integer(ctx, 0);
     }
-    node::bump(&STATS.releases);
-    if let (Some(at), true) = (mark, node::is_primary()) {
-        node::index().remove(at, rm::selected_db(ctx), rm::bytes(*key_name));
+    state::bump(&STATS.releases);
+    if let (Some(at), true) = (mark, state::is_primary()) {
+        state::index().remove(at, rm::selected_db(ctx), rm::bytes(*key_name));
     }
-    if !crate::blocking::has_waiters(ctx, *key_name) {
-        data_type::delete(&mut key);
+    if !effects::has_waiters(ctx, *key_name) {
+        types::delete(&mut key);
         // Replicas and the AOF replay the call itself as this deletion,
         // which costs less than building a `DEL` to send instead.
         rm::replicate_verbatim(ctx);
@@ -385,7 +317,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         // The key stays, free, for the first waiter, who is served before
         // any other client's command runs.
         replicate_lease(ctx, *key_name, lease);
-        crate::blocking::signal(ctx, *key_name);
+        effects::signal(ctx, *key_name);
     }
     rm::notify(ctx, c"lease.release", *key_name);
     rm::reply_integer(ctx, 1)
@@ -423,7 +355,7 @@ fn info(ctx: Ctx, args: &[RString]) -> c_int {
     rm::reply_bulk(ctx, b"fence");
     rm::reply_integer(ctx, lease.fence() as i64);
     rm::reply_bulk(ctx, b"waiters");
-    rm::reply_integer(ctx, crate::blocking::waiters_on(ctx, *key_name) as i64)
+    rm::reply_integer(ctx, effects::waiters_on(ctx, *key_name) as i64)
 }
 
 /// `LEASE.FENCE resource fence [command [arg ...]]`
@@ -455,7 +387,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
         Ok(f) => f,
         Err(e) => return rm::reply_error(ctx, e),
     };
-    if let Err(e) = crate::eviction::admit(ctx) {
+    if let Err(e) = crate::background::eviction::admit(ctx) {
         return rm::reply_error(ctx, e);
     }
     if inner_args.is_empty() {
@@ -475,7 +407,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
             Slot::Empty => {}
             Slot::Ours(r) => {
                 if let Err(stale) = r.check(fence) {
-                    node::bump(&STATS.fence_rejected);
+                    state::bump(&STATS.fence_rejected);
                     return rm::reply_error_string(ctx, &error::stale(fence, stale.highest));
                 }
             }
@@ -497,7 +429,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
         // The inner command was refused or failed: nothing is recorded, and
         // its error is the reply.
         Err(reply) => {
-            node::bump(&STATS.fence_rejected);
+            state::bump(&STATS.fence_rejected);
             return match reply {
                 Some(reply) if reply.is_acl_refusal() => rm::reply_error(ctx, error::NOPERM_INNER),
                 Some(reply) => reply.send(ctx),
@@ -510,7 +442,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     };
     let recorded = match key.value::<Resource>(resource_type()) {
         Slot::Empty => {
-            data_type::store_resource(&mut key, Resource::new(fence));
+            types::store_resource(&mut key, Resource::new(fence));
             true
         }
         Slot::Ours(r) => r.accept(fence).is_ok(),
@@ -518,7 +450,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     };
     drop(key);
     if recorded {
-        node::bump(&STATS.fence_accepted);
+        state::bump(&STATS.fence_accepted);
         replicate_record(ctx, *resource, fence);
         rm::notify(ctx, c"lease.fence", *resource);
     }
@@ -534,35 +466,22 @@ fn record_fence(ctx: Ctx, resource: RString, fence: u64) -> c_int {
     match key.value::<Resource>(resource_type()) {
         Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
         Slot::Empty => {
-            data_type::store_resource(&mut key, Resource::new(fence));
+            types::store_resource(&mut key, Resource::new(fence));
         }
         Slot::Ours(r) => {
             if let Err(stale) = r.accept(fence) {
-                node::bump(&STATS.fence_rejected);
+                state::bump(&STATS.fence_rejected);
                 return rm::reply_error_string(ctx, &error::stale(fence, stale.highest));
             }
         }
     }
     drop(key);
-    node::bump(&STATS.fence_accepted);
+    state::bump(&STATS.fence_accepted);
     // The call is its own effect: the replica's record holds the same
     // highest, so replaying it is exact.
     rm::replicate_verbatim(ctx);
     rm::notify(ctx, c"lease.fence", resource);
     rm::reply_integer(ctx, fence as i64)
-}
-
-/// Propagates a resource record's highest fence as `LEASE.FENCE`.
-pub fn replicate_record(ctx: Ctx, resource: RString, highest: u64) {
-    unsafe {
-        api!(RedisModule_Replicate)(
-            ctx,
-            c"LEASE.FENCE".as_ptr(),
-            c"sl".as_ptr(),
-            resource,
-            highest as i64,
-        )
-    };
 }
 
 /// `LEASE.APPLY key fence:deadline token`: an effect from a master or the
@@ -592,8 +511,8 @@ fn origin(ctx: Ctx) -> Origin {
     if rm::replaying_aof(ctx) {
         return Origin::Master;
     }
-    let primary = node::is_primary();
-    if primary && !node::importing_slots() {
+    let primary = state::is_primary();
+    if primary && !state::importing_slots() {
         return Origin::Client;
     }
     if rm::context_flags(ctx) & raw::REDISMODULE_CTX_FLAGS_REPLICATED == 0 {
@@ -615,7 +534,7 @@ fn from_master_or_aof(ctx: Ctx) -> bool {
 /// (`replica-read-only no`) takes other writes to its own keys, never to
 /// leases: a grant there would be a second holder nobody else sees.
 fn writable(ctx: Ctx) -> bool {
-    node::is_primary() || from_master_or_aof(ctx)
+    state::is_primary() || from_master_or_aof(ctx)
 }
 
 fn apply(ctx: Ctx, args: &[RString]) -> c_int {
@@ -630,7 +549,7 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
         Ok(parsed) => parsed,
         Err(e) => return rm::reply_error(ctx, e),
     };
-    node::fences().observe(fence, rm::now_ms());
+    state::fences().observe(fence, rm::now_ms());
     let Some(mut key) = Key::open_write(ctx, *key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
     };
@@ -645,7 +564,7 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
             if matches!(slot, Slot::WrongType) {
                 key.delete();
             }
-            data_type::store_lease(&mut key, Lease::from_parts(holder, fence))
+            types::store_lease(&mut key, Lease::from_parts(holder, fence))
         }
     };
     if origin != Origin::SlotImport {
@@ -758,6 +677,31 @@ fn key_spec(flags: u32, begin: c_int, last: c_int) -> raw::RedisModuleCommandKey
             },
         },
     }
+}
+
+/// `LEASE.FENCE`'s verdicts on inner commands come from `COMMAND INFO`:
+/// a module loaded or unloaded may change them.
+pub fn subscribe_module_changes(ctx: Ctx) -> Result<(), String> {
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_MODULE_CHANGE,
+        dataver: 1,
+    };
+    if unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, Some(on_module_change)) } != OK
+    {
+        return Err("cannot subscribe to module changes".into());
+    }
+    Ok(())
+}
+
+/// # Safety
+/// Called by Redis for a subscribed server event.
+unsafe extern "C" fn on_module_change(
+    _ctx: Ctx,
+    _e: raw::RedisModuleEvent,
+    _sub: u64,
+    _d: *mut std::os::raw::c_void,
+) {
+    inner::forget_verdicts();
 }
 
 /// Registers the commands. `lease.apply` is marked `internal` where the

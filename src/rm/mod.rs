@@ -158,6 +158,13 @@ pub fn select_db(ctx: Ctx, db: i32) -> bool {
     unsafe { api!(RedisModule_SelectDb)(ctx, db) == raw::REDISMODULE_OK as c_int }
 }
 
+/// Starts a one-shot module timer: `callback` runs in `after_ms`.
+pub fn timer(ctx: Ctx, after_ms: i64, callback: unsafe extern "C" fn(Ctx, *mut c_void)) {
+    unsafe {
+        api!(RedisModule_CreateTimer)(ctx, after_ms.max(1), Some(callback), std::ptr::null_mut())
+    };
+}
+
 /// A module string owned by us, freed on drop.
 pub struct OwnedString {
     ctx: Ctx,
@@ -428,69 +435,6 @@ pub fn config_get(ctx: Ctx, name: &CStr) -> Option<String> {
     text
 }
 
-/// Whether this node serves `key`'s slot and is not migrating it away:
-/// always outside cluster mode. Read from `CLUSTER KEYSLOT` and this node's
-/// line of `CLUSTER NODES`, so only for rare paths (a waiter whose key
-/// vanished).
-pub fn serves_slot_of(ctx: Ctx, key: RString) -> bool {
-    if !crate::node::is_cluster() {
-        return true;
-    }
-    let slot = unsafe {
-        api!(RedisModule_Call)(
-            ctx,
-            c"CLUSTER".as_ptr(),
-            c"cs".as_ptr(),
-            c"KEYSLOT".as_ptr(),
-            key,
-        )
-    };
-    if slot.is_null() {
-        return false;
-    }
-    let slot_number = unsafe { api!(RedisModule_CallReplyInteger)(slot) };
-    unsafe { api!(RedisModule_FreeCallReply)(slot) };
-    let nodes = unsafe {
-        api!(RedisModule_Call)(ctx, c"CLUSTER".as_ptr(), c"c".as_ptr(), c"NODES".as_ptr())
-    };
-    if nodes.is_null() {
-        return false;
-    }
-    let mut len = 0usize;
-    let ptr = unsafe { api!(RedisModule_CallReplyStringPtr)(nodes, &mut len) };
-    let serves = !ptr.is_null() && {
-        let text = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
-        let text = String::from_utf8_lossy(text);
-        text.lines()
-            .find(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("myself")))
-            .is_some_and(|myself| slot_served(myself, slot_number))
-    };
-    unsafe { api!(RedisModule_FreeCallReply)(nodes) };
-    serves
-}
-
-/// Whether a `CLUSTER NODES` line lists `slot` among its own and not as
-/// migrating (`[slot->-id]`).
-fn slot_served(line: &str, slot: i64) -> bool {
-    let mut owned = false;
-    for field in line.split(' ').skip(8) {
-        if let Some(inner) = field.strip_prefix('[') {
-            let migrating = inner
-                .split_once("->-")
-                .and_then(|(s, _)| s.parse::<i64>().ok());
-            if migrating == Some(slot) {
-                return false;
-            }
-            continue;
-        }
-        let (lo, hi) = field.split_once('-').unwrap_or((field, field));
-        if let (Ok(lo), Ok(hi)) = (lo.parse::<i64>(), hi.parse::<i64>()) {
-            owned |= lo <= slot && slot <= hi;
-        }
-    }
-    owned
-}
-
 /// The major version of Valkey, `None` on Redis (from `INFO server`, which
 /// names `valkey_version` on Valkey; both report 7.2.4 to modules).
 pub fn valkey_major(ctx: Ctx) -> Option<u32> {
@@ -524,30 +468,4 @@ pub fn latency_sample(event: &CStr, ms: u64) {
 /// Propagates the current command as the client sent it.
 pub fn replicate_verbatim(ctx: Ctx) {
     unsafe { api!(RedisModule_ReplicateVerbatim)(ctx) };
-}
-
-#[cfg(test)]
-mod tests {
-    use super::slot_served;
-
-    #[test]
-    fn cluster_nodes_slots_are_read_with_migrations() {
-        let line = "id 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 7000 [5461->-other] [9000-<-other]";
-        // (slot, served)
-        let cases = [
-            (0, true),
-            (5460, true),
-            (5461, false),
-            (7000, true),
-            (7001, false),
-            (9000, false),
-            (16383, false),
-        ];
-        for (slot, served) in cases {
-            assert_eq!(slot_served(line, slot), served, "slot {slot}");
-        }
-        let migrating_owned = "id a myself,master - 0 0 1 connected 0-100 [50->-other]";
-        assert!(!slot_served(migrating_owned, 50));
-        assert!(slot_served(migrating_owned, 51));
-    }
 }

@@ -12,11 +12,11 @@ use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
 
-use crate::commands::Wire;
-use crate::data_type::{self, lease_type};
-use crate::error;
-use crate::lease::{Acquire, Lease};
-use crate::node::{self, STATS};
+use crate::keyspace::effects::{self, Wire};
+use crate::keyspace::state::{self, STATS};
+use crate::keyspace::types::{self, lease_type};
+use crate::model::error;
+use crate::model::lease::{Acquire, Lease};
 use crate::rm::{self, api, Ctx, Key, RString, Slot};
 
 const OK: c_int = raw::REDISMODULE_OK as c_int;
@@ -39,16 +39,6 @@ fn may_block(ctx: Ctx) -> bool {
     rm::context_flags(ctx) & no_block == 0
 }
 
-/// Whether clients wait for `key` in the current database.
-pub fn has_waiters(ctx: Ctx, key: RString) -> bool {
-    let waiters = node::waiters();
-    !waiters.is_empty() && waiters.len(rm::selected_db(ctx), rm::bytes(key)) > 0
-}
-
-pub fn waiters_on(ctx: Ctx, key: RString) -> usize {
-    node::waiters().len(rm::selected_db(ctx), rm::bytes(key))
-}
-
 /// Blocks the caller until it gets the lease or `timeout_ms` passes
 /// (0: forever). Where blocking is not possible, replies nil as a busy
 /// non-blocking acquire does.
@@ -59,8 +49,8 @@ pub fn block(ctx: Ctx, key: RString, token: &[u8], ttl_ms: u64, timeout_ms: u64)
     let db = rm::selected_db(ctx);
     let name = rm::bytes(key);
     let id = {
-        let mut waiters = node::waiters();
-        if waiters.len(db, name) >= crate::config::max_waiters() {
+        let mut waiters = state::waiters();
+        if waiters.len(db, name) >= crate::model::config::max_waiters() {
             return rm::reply_error(ctx, error::TOO_MANY_WAITERS);
         }
         waiters.enqueue(db, name)
@@ -104,15 +94,10 @@ pub fn block(ctx: Ctx, key: RString, token: &[u8], ttl_ms: u64, timeout_ms: u64)
     if blocked.is_null() {
         // Not blocked after all: take the waiter back and answer now.
         unsafe { drop(Box::from_raw(privdata.cast::<Waiter>())) };
-        node::waiters().remove(db, name, id);
+        state::waiters().remove(db, name, id);
         return rm::reply_error(ctx, error::BLOCK_UNSUPPORTED);
     }
     OK
-}
-
-/// Tells the waiters on `key` that the lease may be free.
-pub fn signal(ctx: Ctx, key: RString) {
-    unsafe { api!(RedisModule_SignalKeyAsReady)(ctx, key) };
 }
 
 /// Reply callback: the key was signalled. Only the head of the queue may
@@ -132,14 +117,14 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
             else {
                 return ERR;
             };
-            if node::waiters().head(waiter.db, &waiter.key) != Some(waiter.id) {
+            if state::waiters().head(waiter.db, &waiter.key) != Some(waiter.id) {
                 return ERR;
             }
             if rm::writes_paused() {
                 // A grant writes and propagates: offered again once the
                 // pause ends (nothing the module does signals a key while
                 // paused; this guards what the server might).
-                crate::reaper::resignal_later(ctx, waiter.db, &waiter.key);
+                effects::resignal_later(ctx, waiter.db, &waiter.key);
                 return ERR;
             }
             let key_name = api!(RedisModule_GetBlockedClientReadyKey)(ctx);
@@ -158,7 +143,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 }
                 // A key migrated away leaves no lease to take here: the
                 // waiter stays blocked until the server redirects it.
-                Slot::Empty if !rm::serves_slot_of(ctx, key_name) => return ERR,
+                Slot::Empty if !effects::serves_slot_of(ctx, key_name) => return ERR,
                 Slot::Empty => (&mut fresh, false),
                 Slot::Ours(lease) => (lease, true),
             };
@@ -168,11 +153,11 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 waiter.ttl_ms,
                 now,
                 false,
-                &mut node::fences(),
+                &mut state::fences(),
             ) {
                 Ok(Acquire::Granted { fence }) => {
                     if had_holder {
-                        crate::commands::expired_before_reaping(ctx, key_name);
+                        effects::expired_before_reaping(ctx, key_name);
                     }
                     fence
                 }
@@ -186,12 +171,12 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
             let lease = if stored {
                 lease
             } else {
-                data_type::store_lease(&mut key, fresh)
+                types::store_lease(&mut key, fresh)
             };
-            node::waiters().remove(waiter.db, &waiter.key, waiter.id);
-            node::bump(&STATS.grants);
-            node::bump(&STATS.waiter_grants);
-            crate::commands::granted(ctx, key_name, lease, Wire::Bytes(&waiter.token));
+            state::waiters().remove(waiter.db, &waiter.key, waiter.id);
+            state::bump(&STATS.grants);
+            state::bump(&STATS.waiter_grants);
+            effects::granted(ctx, key_name, lease, Wire::Bytes(&waiter.token));
             drop(key);
             rm::reply_array(ctx, 2);
             rm::reply_bulk(ctx, &waiter.token);
@@ -206,7 +191,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
 /// # Safety
 /// Called by Redis for a client blocked by `block`.
 unsafe extern "C" fn waiter_timed_out(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
-    node::bump(&STATS.block_timeouts);
+    state::bump(&STATS.block_timeouts);
     rm::reply_null_array(ctx);
     OK
 }
@@ -224,13 +209,13 @@ unsafe extern "C" fn free_waiter(ctx: Ctx, privdata: *mut c_void) {
         "LEASE.ACQUIRE waiter cleanup",
         || (),
         || {
-            let mut waiters = node::waiters();
+            let mut waiters = state::waiters();
             let was_head = waiters.head(waiter.db, &waiter.key) == Some(waiter.id);
             waiters.remove(waiter.db, &waiter.key, waiter.id);
             if was_head && waiters.len(waiter.db, &waiter.key) > 0 {
                 // The head left unserved (timeout, disconnect): the next waiter
                 // must be offered the lease in case it is free.
-                crate::reaper::resignal_later(ctx, waiter.db, &waiter.key);
+                effects::resignal_later(ctx, waiter.db, &waiter.key);
             }
         },
     );

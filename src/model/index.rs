@@ -445,7 +445,7 @@ mod tests {
     #[test]
     fn far_deadlines_and_any_database() {
         let mut idx = DeadlineIndex::new();
-        let far = crate::lease::MAX_DEADLINE_MS;
+        let far = crate::model::lease::MAX_DEADLINE_MS;
         assert!(idx.insert(far, i32::MAX, b"k"));
         let e = idx.pop_due(far).expect("due");
         assert_eq!((e.deadline_ms(), e.db()), (far, i32::MAX));

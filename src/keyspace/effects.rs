@@ -1,0 +1,267 @@
+//! The effects of a state change, in one place: index the deadline,
+//! replicate absolute values, notify, wake waiters. Commands and background
+//! work (waiters, the reaper, eviction restore, server events) call these
+//! rather than each other.
+//!
+//! Every effect is replicated with absolute values (`LEASE.APPLY key
+//! fence:deadline token`, `DEL key`, `LEASE.FENCE resource fence`), so
+//! replicas and AOF replay never consult their own clock or random source.
+
+use std::os::raw::c_void;
+
+use crate::keyspace::state::{self, STATS};
+use crate::keyspace::types;
+use crate::model::args;
+use crate::model::lease::Lease;
+use crate::rm::{self, api, Ctx, Key, OwnedString, RString};
+
+/// How soon a timer that found writes paused looks again: pauses end at a
+/// time only the server knows, and expiry resumes within this of it.
+pub const PAUSED_RETRY_MS: i64 = 10;
+
+/// Indexes a lease that has no entry yet (see `state::index_lease`).
+///
+/// The index is told where a lease's entry is, not every deadline it gets:
+/// renewals and repeated grants leave the entry where it is, and when the
+/// reaper reaches an entry whose lease has moved on it puts the entry at the
+/// lease's deadline. That keeps every renewal free of index work; the reaper
+/// pays once per entry instead.
+pub fn index_lease(ctx: Ctx, key: RString, lease: &mut Lease) {
+    state::index_lease(rm::selected_db(ctx), rm::bytes(key), lease);
+}
+
+/// A holder's token as `LEASE.APPLY` carries it: the client's own argument
+/// where the token came from one (passed on as is, no copy), else its bytes.
+#[derive(Clone, Copy)]
+pub enum Wire<'a> {
+    Arg(RString),
+    Bytes(&'a [u8]),
+}
+
+/// Propagates a lease's whole state as `LEASE.APPLY`.
+pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
+    let (deadline, token) = lease.persisted_holder();
+    replicate_holder(ctx, key, lease.fence(), deadline, Wire::Bytes(&token));
+}
+
+/// `LEASE.APPLY key fence:deadline token`. Callers that have the holder's
+/// token at hand pass it, rather than have a compact stored token rebuilt.
+///
+/// The numbers go as one argument of text made here: the server turns
+/// each argument into an allocation of its own, and a `l` into two.
+pub fn replicate_holder(ctx: Ctx, key: RString, fence: u64, deadline: u64, token: Wire) {
+    let mut buf = [0u8; args::STATE_LEN];
+    let state = args::apply_state(fence, deadline, &mut buf);
+    let apply = c"LEASE.APPLY".as_ptr();
+    let (s, sl) = (state.as_ptr(), state.len());
+    unsafe {
+        match token {
+            Wire::Arg(t) => api!(RedisModule_Replicate)(ctx, apply, c"sbs".as_ptr(), key, s, sl, t),
+            Wire::Bytes(t) => api!(RedisModule_Replicate)(
+                ctx,
+                apply,
+                c"sbb".as_ptr(),
+                key,
+                s,
+                sl,
+                t.as_ptr(),
+                t.len(),
+            ),
+        }
+    };
+}
+
+/// Propagates a held lease whose holder's token is `token`.
+pub fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: Wire) {
+    match lease.deadline() {
+        Some(deadline) => replicate_holder(ctx, key, lease.fence(), deadline, token),
+        None => replicate_lease(ctx, key, lease),
+    }
+}
+
+/// A grant took over a lease that had expired before the reaper reached
+/// it: the expiry is announced and counted here, as the reaper would have.
+pub fn expired_before_reaping(ctx: Ctx, key: RString) {
+    state::bump(&STATS.expired);
+    rm::notify(ctx, c"lease.expire", key);
+}
+
+/// The effects of a grant (new or repeated) to `token` on an open lease:
+/// index (for a lease without an entry), replication, notification.
+pub fn granted(ctx: Ctx, key: RString, lease: &mut Lease, token: Wire) {
+    index_lease(ctx, key, lease);
+    replicate_held(ctx, key, lease, token);
+    rm::notify(ctx, c"lease.acquire", key);
+}
+
+/// Propagates a resource record's highest fence as `LEASE.FENCE`.
+pub fn replicate_record(ctx: Ctx, resource: RString, highest: u64) {
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx,
+            c"LEASE.FENCE".as_ptr(),
+            c"sl".as_ptr(),
+            resource,
+            highest as i64,
+        )
+    };
+}
+
+/// Whether clients wait for `key` in the current database.
+pub fn has_waiters(ctx: Ctx, key: RString) -> bool {
+    let waiters = state::waiters();
+    !waiters.is_empty() && waiters.len(rm::selected_db(ctx), rm::bytes(key)) > 0
+}
+
+pub fn waiters_on(ctx: Ctx, key: RString) -> usize {
+    state::waiters().len(rm::selected_db(ctx), rm::bytes(key))
+}
+
+/// Tells the waiters on `key` that the lease may be free.
+pub fn signal(ctx: Ctx, key: RString) {
+    unsafe { api!(RedisModule_SignalKeyAsReady)(ctx, key) };
+}
+
+/// Asks for `key`'s waiters to be offered the lease again shortly (see
+/// `state::wake_later`).
+pub fn resignal_later(ctx: Ctx, db: i32, key: &[u8]) {
+    state::wake_later(ctx, db, key);
+}
+
+/// Makes `resignal_tick` the timer `state::wake_later` arms; at load.
+pub fn install_waker() {
+    state::set_waker(resignal_tick);
+}
+
+/// # Safety
+/// Called by Redis as a module timer callback.
+unsafe extern "C" fn resignal_tick(ctx: Ctx, _data: *mut c_void) {
+    if rm::writes_paused() {
+        // Serving a waiter writes: try again once the pause ends.
+        unsafe {
+            api!(RedisModule_CreateTimer)(
+                ctx,
+                PAUSED_RETRY_MS,
+                Some(resignal_tick),
+                std::ptr::null_mut(),
+            )
+        };
+        return;
+    }
+    rm::guard("waiter resignal", || (), || resignal(ctx));
+}
+
+fn resignal(ctx: Ctx) {
+    let pending = state::take_wakes();
+    for (db, key) in pending {
+        if state::waiters().len(db, &key) == 0 || !rm::select_db(ctx, db) {
+            continue;
+        }
+        let name = OwnedString::new(ctx, &key);
+        if let Some(mut open) = Key::open_write(ctx, name.as_ptr()) {
+            if open.is_empty() && !serves_slot_of(ctx, name.as_ptr()) {
+                // Migrated away: the server redirects its waiters.
+                continue;
+            }
+            if open.is_empty() {
+                // The key vanished under its waiters. Blocked clients are
+                // served only on keys that exist (Redis 7.0), so put a free
+                // lease record there for the head of the queue to take; the
+                // reaper deletes it if the queue empties first.
+                let lease = types::store_lease(&mut open, Lease::default());
+                replicate_lease(ctx, name.as_ptr(), lease);
+                state::index().insert(rm::now_ms(), db, &key);
+            }
+        }
+        signal(ctx, name.as_ptr());
+    }
+}
+
+/// Whether this node serves `key`'s slot and is not migrating it away:
+/// always outside cluster mode. Read from `CLUSTER KEYSLOT` and this node's
+/// line of `CLUSTER NODES`, so only for rare paths (a waiter whose key
+/// vanished).
+pub fn serves_slot_of(ctx: Ctx, key: RString) -> bool {
+    if !state::is_cluster() {
+        return true;
+    }
+    let slot = unsafe {
+        api!(RedisModule_Call)(
+            ctx,
+            c"CLUSTER".as_ptr(),
+            c"cs".as_ptr(),
+            c"KEYSLOT".as_ptr(),
+            key,
+        )
+    };
+    if slot.is_null() {
+        return false;
+    }
+    let slot_number = unsafe { api!(RedisModule_CallReplyInteger)(slot) };
+    unsafe { api!(RedisModule_FreeCallReply)(slot) };
+    let nodes = unsafe {
+        api!(RedisModule_Call)(ctx, c"CLUSTER".as_ptr(), c"c".as_ptr(), c"NODES".as_ptr())
+    };
+    if nodes.is_null() {
+        return false;
+    }
+    let mut len = 0usize;
+    let ptr = unsafe { api!(RedisModule_CallReplyStringPtr)(nodes, &mut len) };
+    let serves = !ptr.is_null() && {
+        let text = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
+        let text = String::from_utf8_lossy(text);
+        text.lines()
+            .find(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("myself")))
+            .is_some_and(|myself| slot_served(myself, slot_number))
+    };
+    unsafe { api!(RedisModule_FreeCallReply)(nodes) };
+    serves
+}
+
+/// Whether a `CLUSTER NODES` line lists `slot` among its own and not as
+/// migrating (`[slot->-id]`).
+fn slot_served(line: &str, slot: i64) -> bool {
+    let mut owned = false;
+    for field in line.split(' ').skip(8) {
+        if let Some(inner) = field.strip_prefix('[') {
+            let migrating = inner
+                .split_once("->-")
+                .and_then(|(s, _)| s.parse::<i64>().ok());
+            if migrating == Some(slot) {
+                return false;
+            }
+            continue;
+        }
+        let (lo, hi) = field.split_once('-').unwrap_or((field, field));
+        if let (Ok(lo), Ok(hi)) = (lo.parse::<i64>(), hi.parse::<i64>()) {
+            owned |= lo <= slot && slot <= hi;
+        }
+    }
+    owned
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot_served;
+
+    #[test]
+    fn cluster_nodes_slots_are_read_with_migrations() {
+        let line = "id 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460 7000 [5461->-other] [9000-<-other]";
+        // (slot, served)
+        let cases = [
+            (0, true),
+            (5460, true),
+            (5461, false),
+            (7000, true),
+            (7001, false),
+            (9000, false),
+            (16383, false),
+        ];
+        for (slot, served) in cases {
+            assert_eq!(slot_served(line, slot), served, "slot {slot}");
+        }
+        let migrating_owned = "id a myself,master - 0 0 1 connected 0-100 [50->-other]";
+        assert!(!slot_served(migrating_owned, 50));
+        assert!(slot_served(migrating_owned, 51));
+    }
+}
