@@ -175,8 +175,25 @@ pub fn probe_key_events() {
 /// `maxmemory`), and only then: with a listener the server builds a module
 /// key for every key it deletes, and `DEBUG RELOAD ... MERGE` then aborts
 /// Redis 8.2 and Valkey (a key on the stack retained for the event).
-fn listen_to_key_events(ctx: Ctx, listen: bool) {
-    if !KEY_EVENTS.load(Ordering::Relaxed) || LISTENING.load(Ordering::Relaxed) == listen {
+///
+/// The change is made from a timer: `refresh` runs inside the config event,
+/// and removing a listener while the server walks its listeners frees the
+/// node it steps to next (Valkey 8.1 crashed). Until then, and wherever the
+/// server has no key events, the types' unlink callbacks take the copy.
+fn listen_to_key_events(ctx: Ctx) {
+    let listen = ALLKEYS_AT_RISK.load(Ordering::Relaxed);
+    if KEY_EVENTS.load(Ordering::Relaxed) && LISTENING.load(Ordering::Relaxed) != listen {
+        unsafe {
+            api!(RedisModule_CreateTimer)(ctx, 1, Some(apply_listening), std::ptr::null_mut())
+        };
+    }
+}
+
+/// # Safety
+/// Called by Redis as a module timer callback.
+unsafe extern "C" fn apply_listening(ctx: Ctx, _data: *mut c_void) {
+    let listen = ALLKEYS_AT_RISK.load(Ordering::Relaxed);
+    if LISTENING.load(Ordering::Relaxed) == listen {
         return;
     }
     let callback: raw::RedisModuleEventCallback = listen.then_some(on_key_event);
@@ -184,6 +201,11 @@ fn listen_to_key_events(ctx: Ctx, listen: bool) {
     if done == raw::REDISMODULE_OK as i32 {
         LISTENING.store(listen, Ordering::Relaxed);
     }
+}
+
+/// Whether key events bring the copy (else the unlink callbacks do).
+fn listening() -> bool {
+    LISTENING.load(Ordering::Relaxed)
 }
 
 /// The key event: on an eviction of a live lease or a record, keep a copy.
@@ -240,7 +262,7 @@ unsafe extern "C" fn on_key_event(
 /// eviction (memory is over the limit), and forgets any older copy either
 /// way.
 pub fn note_unlinked(db: i32, key: &[u8], copy: Option<impl FnOnce() -> Saved>) {
-    if KEY_EVENTS.load(Ordering::Relaxed) {
+    if listening() {
         return;
     }
     let value = copy.filter(|_| over_maxmemory()).map(|copy| copy());
@@ -261,7 +283,7 @@ fn over_maxmemory() -> bool {
 /// A removal that was not an eviction (`DEL`, `RENAME`, ...): the copy it
 /// left is not owed a restore.
 pub fn forget_unlinked() {
-    if !KEY_EVENTS.load(Ordering::Relaxed) {
+    if !listening() {
         keep(None);
     }
 }
@@ -275,10 +297,8 @@ pub fn on_evicted(ctx: Ctx, key: RString) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take();
-    let fresh = |u: &Unlinked| {
-        KEY_EVENTS.load(Ordering::Relaxed)
-            || monotonic_us().saturating_sub(u.at_us) <= UNLINK_WINDOW_US
-    };
+    let fresh =
+        |u: &Unlinked| listening() || monotonic_us().saturating_sub(u.at_us) <= UNLINK_WINDOW_US;
     let Some(unlinked) = taken.filter(|u| u.db == db && *u.key == *name && fresh(u)) else {
         return;
     };
@@ -391,6 +411,6 @@ pub fn refresh(ctx: Ctx) {
     MAXMEMORY.store(maxmemory, Ordering::Relaxed);
     let at_risk = maxmemory > 0 && policy.starts_with("allkeys-");
     ALLKEYS_AT_RISK.store(at_risk, Ordering::Relaxed);
-    listen_to_key_events(ctx, at_risk);
+    listen_to_key_events(ctx);
     *POLICY.lock().unwrap_or_else(|e| e.into_inner()) = policy;
 }
