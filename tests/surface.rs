@@ -712,10 +712,13 @@ for_each_server!(no_lease_expire_event_while_writes_are_paused, |flavor| {
                 paused.elapsed(),
             ));
         }
+        // The lease expires 200 ms in. The server times the pause from its cached
+        // clock, which can be a little behind the moment the pipeline was sent:
+        // the pause may end a few milliseconds before 500 ms on ours.
         assert!(
             events
                 .iter()
-                .all(|(_, _, at)| *at >= Duration::from_millis(500)),
+                .all(|(_, _, at)| *at >= Duration::from_millis(450)),
             "{classes}: published during the pause: {events:?}"
         );
         let count = |channel: &str, payload: &str| {

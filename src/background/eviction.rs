@@ -126,9 +126,6 @@ const KEY_EVENT: raw::RedisModuleEvent = raw::RedisModuleEvent {
     dataver: 1,
 };
 
-/// Whether the module listens to key events now.
-static LISTENING: AtomicBool = AtomicBool::new(false);
-
 /// Notes whether the server names evictions in key events.
 pub fn probe_key_events() {
     let supported = unsafe { raw::RedisModule_IsSubEventSupported }
@@ -140,14 +137,31 @@ pub fn probe_key_events() {
 /// `maxmemory`), and only then: with a listener the server builds a module
 /// key for every key it deletes, and `DEBUG RELOAD ... MERGE` then aborts
 /// Redis 8.2 and Valkey (a key on the stack retained for the event).
-fn listen_to_key_events(ctx: Ctx, listen: bool) {
-    if !unlinked::key_events() || LISTENING.load(Ordering::Relaxed) == listen {
+///
+/// The change is made from a timer: `refresh` runs inside the config event,
+/// and removing a listener while the server walks its listeners frees the
+/// node it steps to next (Valkey 8.1 crashed). Until then, and wherever the
+/// server has no key events, the types' unlink callbacks take the copy.
+fn listen_to_key_events(ctx: Ctx) {
+    let listen = ALLKEYS_AT_RISK.load(Ordering::Relaxed);
+    if unlinked::key_events() && unlinked::listening() != listen {
+        unsafe {
+            api!(RedisModule_CreateTimer)(ctx, 1, Some(apply_listening), std::ptr::null_mut())
+        };
+    }
+}
+
+/// # Safety
+/// Called by Redis as a module timer callback.
+unsafe extern "C" fn apply_listening(ctx: Ctx, _data: *mut c_void) {
+    let listen = ALLKEYS_AT_RISK.load(Ordering::Relaxed);
+    if unlinked::listening() == listen {
         return;
     }
     let callback: raw::RedisModuleEventCallback = listen.then_some(on_key_event);
     let done = unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, KEY_EVENT, callback) };
     if done == raw::REDISMODULE_OK as i32 {
-        LISTENING.store(listen, Ordering::Relaxed);
+        unlinked::set_listening(listen);
     }
 }
 
@@ -309,6 +323,6 @@ pub fn refresh(ctx: Ctx) {
     MAXMEMORY.store(maxmemory, Ordering::Relaxed);
     let at_risk = maxmemory > 0 && policy.starts_with("allkeys-");
     ALLKEYS_AT_RISK.store(at_risk, Ordering::Relaxed);
-    listen_to_key_events(ctx, at_risk);
+    listen_to_key_events(ctx);
     *POLICY.lock().unwrap_or_else(|e| e.into_inner()) = policy;
 }

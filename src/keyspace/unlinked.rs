@@ -58,6 +58,19 @@ pub fn key_events() -> bool {
     KEY_EVENTS.load(Ordering::Relaxed)
 }
 
+/// Whether the module listens to key events now (see
+/// `background::eviction::listen_to_key_events`): then they bring the copy,
+/// else the unlink callbacks do.
+static LISTENING: AtomicBool = AtomicBool::new(false);
+
+pub fn set_listening(listening: bool) {
+    LISTENING.store(listening, Ordering::Relaxed);
+}
+
+pub fn listening() -> bool {
+    LISTENING.load(Ordering::Relaxed)
+}
+
 /// Keeps a copy taken from a key event (or forgets the last one: `None`).
 pub fn keep(db: i32, key: &[u8], value: Option<Saved>) {
     store(value.map(|value| Unlinked {
@@ -76,7 +89,7 @@ pub fn take(db: i32, key: &[u8]) -> Option<Unlinked> {
         .unwrap_or_else(|e| e.into_inner())
         .take();
     let fresh =
-        |u: &Unlinked| key_events() || monotonic_us().saturating_sub(u.at_us) <= UNLINK_WINDOW_US;
+        |u: &Unlinked| listening() || monotonic_us().saturating_sub(u.at_us) <= UNLINK_WINDOW_US;
     taken.filter(|u| u.db == db && *u.key == *key && fresh(u))
 }
 
@@ -86,7 +99,7 @@ pub fn take(db: i32, key: &[u8]) -> Option<Unlinked> {
 /// eviction (memory is over the limit), and forgets any older copy either
 /// way.
 pub fn note_unlinked(db: i32, key: &[u8], copy: Option<impl FnOnce() -> Saved>) {
-    if KEY_EVENTS.load(Ordering::Relaxed) {
+    if listening() {
         return;
     }
     let value = copy.filter(|_| over_maxmemory()).map(|copy| copy());
@@ -102,7 +115,7 @@ fn over_maxmemory() -> bool {
 /// A removal that was not an eviction (`DEL`, `RENAME`, ...): the copy it
 /// left is not owed a restore.
 pub fn forget_unlinked() {
-    if !key_events() {
+    if !listening() {
         store(None);
     }
 }
