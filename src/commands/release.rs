@@ -1,0 +1,83 @@
+//! `LEASE.RELEASE key token`.
+
+use std::os::raw::c_int;
+
+use crate::keyspace::effects::replicate_lease;
+use crate::model::args::check_token;
+
+use crate::keyspace::effects;
+use crate::keyspace::state::{self, STATS};
+use crate::keyspace::types;
+use crate::model::error;
+use crate::rm::{self, Ctx, Key, RString};
+
+use super::*;
+
+/// `LEASE.RELEASE key token`
+pub extern "C" fn release_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    command("LEASE.RELEASE", ctx, argv, argc, release, second_argument)
+}
+
+fn release(ctx: Ctx, args: &[RString]) -> c_int {
+    if !writable(ctx) {
+        return rm::reply_error(ctx, error::READONLY);
+    }
+    let [_, key_name, token] = args else {
+        return rm::reply_error(
+            ctx,
+            c"ERR wrong number of arguments for 'lease.release' command",
+        );
+    };
+    let token = match check_token(rm::bytes(*token)) {
+        Ok(t) => t,
+        Err(e) => return rm::reply_error(ctx, e),
+    };
+    let Some(mut key) = Key::open_write(ctx, *key_name) else {
+        return rm::reply_error(ctx, error::INTERNAL);
+    };
+    let lease = match lease_in(&mut key) {
+        Ok(lease) => lease,
+        Err(e) => return rm::reply_error(ctx, e),
+    };
+    if from_master_or_aof(ctx) {
+        // The effect of a release that deleted the key where it was decided:
+        // applied as that, whatever this node's clock says of the deadline.
+        if lease.is_none() {
+            return rm::reply_integer(ctx, 0);
+        }
+        types::delete(&mut key);
+        drop(key);
+        // Into this node's own AOF: a module command is written there only
+        // when it replicates itself.
+        rm::replicate_verbatim(ctx);
+        rm::notify(ctx, c"lease.release", *key_name);
+        return rm::reply_integer(ctx, 1);
+    }
+    let now = rm::now_ms();
+    let Some(lease) = lease else {
+        state::bump(&STATS.releases_rejected);
+        return rm::reply_integer(ctx, 0);
+    };
+    let mark = lease.index_mark();
+    if !lease.release(token, now) {
+        state::bump(&STATS.releases_rejected);
+        return rm::reply_integer(ctx, 0);
+    }
+    state::bump(&STATS.releases);
+    if let (Some(at), true) = (mark, state::is_primary()) {
+        state::index().remove(at, rm::selected_db(ctx), rm::bytes(*key_name));
+    }
+    if !effects::has_waiters(ctx, *key_name) {
+        types::delete(&mut key);
+        // Replicas and the AOF replay the call itself as this deletion,
+        // which costs less than building a `DEL` to send instead.
+        rm::replicate_verbatim(ctx);
+    } else {
+        // The key stays, free, for the first waiter, who is served before
+        // any other client's command runs.
+        replicate_lease(ctx, *key_name, lease);
+        effects::signal(ctx, *key_name);
+    }
+    rm::notify(ctx, c"lease.release", *key_name);
+    rm::reply_integer(ctx, 1)
+}

@@ -1,0 +1,61 @@
+//! `LEASE.RENEW key token ttl`.
+
+use std::os::raw::c_int;
+
+use crate::keyspace::effects::{index_lease, replicate_held, Wire};
+use crate::model::args::{check_token, parse_ttl};
+
+use crate::keyspace::state::{self, STATS};
+use crate::model::error;
+use crate::rm::{self, Ctx, Key, RString};
+
+use super::*;
+
+/// `LEASE.RENEW key token ttl`
+pub extern "C" fn renew_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    command("LEASE.RENEW", ctx, argv, argc, renew, second_argument)
+}
+
+fn renew(ctx: Ctx, args: &[RString]) -> c_int {
+    if !writable(ctx) {
+        return rm::reply_error(ctx, error::READONLY);
+    }
+    let [_, key_name, token_arg, ttl] = args else {
+        return rm::reply_error(
+            ctx,
+            c"ERR wrong number of arguments for 'lease.renew' command",
+        );
+    };
+    let parsed =
+        check_token(rm::bytes(*token_arg)).and_then(|t| Ok((t, parse_ttl(rm::bytes(*ttl))?)));
+    let (token, ttl_ms) = match parsed {
+        Ok(p) => p,
+        Err(e) => return rm::reply_error(ctx, e),
+    };
+    let Some(mut key) = Key::open_write(ctx, *key_name) else {
+        return rm::reply_error(ctx, error::INTERNAL);
+    };
+    let lease = match lease_in(&mut key) {
+        Ok(lease) => lease,
+        Err(e) => return rm::reply_error(ctx, e),
+    };
+    // No key, an expired lease or another holder's: refused alike.
+    let mut mark = None;
+    let renewed = lease.and_then(|l| {
+        mark = l.index_mark();
+        l.renew(token, ttl_ms, rm::now_ms()).then_some(l)
+    });
+    let Some(lease) = renewed else {
+        state::bump(&STATS.renewals_rejected);
+        return rm::reply_integer(ctx, 0);
+    };
+    // A renewal to a shorter ttl moves the deadline before the lease's
+    // index entry, which would reach its expiry (and its waiters) late.
+    if mark.is_some_and(|at| lease.deadline().is_some_and(|d| d < at)) {
+        index_lease(ctx, *key_name, lease);
+    }
+    state::bump(&STATS.renewals);
+    replicate_held(ctx, *key_name, lease, Wire::Arg(*token_arg));
+    rm::notify(ctx, c"lease.renew", *key_name);
+    rm::reply_integer(ctx, 1)
+}
