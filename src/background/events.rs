@@ -16,7 +16,6 @@ use redis_module::raw;
 use crate::keyspace::effects;
 use crate::keyspace::removals::{any_removed, forget_removed, take_removed, Floor};
 use crate::keyspace::state;
-use crate::keyspace::types::{lease_type, resource_type};
 use crate::keyspace::unlinked;
 use crate::model::lease::{Lease, Resource};
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
@@ -331,7 +330,7 @@ fn arrived(ctx: Ctx, name: RString) {
     let key_bytes = rm::bytes(name);
     let floor = take_removed(db, key_bytes);
     let now = rm::now_ms();
-    match key.value::<Lease>(lease_type()) {
+    match key.value::<Lease>() {
         Slot::Ours(lease) => {
             state::note_name(key_bytes);
             if let Some(Floor::Lease(replaced)) = floor {
@@ -348,7 +347,7 @@ fn arrived(ctx: Ctx, name: RString) {
                 state::index().insert(now, db, key_bytes);
             }
         }
-        Slot::WrongType => match key.value::<Resource>(resource_type()) {
+        Slot::WrongType => match key.value::<Resource>() {
             Slot::Ours(record) => {
                 state::note_name(key_bytes);
                 if let Some(Floor::Record(replaced)) = floor {
@@ -407,8 +406,8 @@ fn keep_without_ttl(ctx: Ctx, name: RString) {
 }
 
 fn is_ours(key: &mut Key) -> bool {
-    matches!(key.value::<Lease>(lease_type()), Slot::Ours(_))
-        || matches!(key.value::<Resource>(resource_type()), Slot::Ours(_))
+    matches!(key.value::<Lease>(), Slot::Ours(_))
+        || matches!(key.value::<Resource>(), Slot::Ours(_))
 }
 
 struct TtlJob {
@@ -494,7 +493,7 @@ fn touch_expired_leases() {
         rm::in_db(ctx, db, || {
             let name = OwnedString::new(ctx, &key);
             let expired = Key::open_read(ctx, name.as_ptr()).is_some_and(
-                |mut k| matches!(k.value::<Lease>(lease_type()), Slot::Ours(l) if !l.is_live(now)),
+                |mut k| matches!(k.value::<Lease>(), Slot::Ours(l) if !l.is_live(now)),
             );
             if expired {
                 unsafe { api!(RedisModule_SignalModifiedKey)(ctx, name.as_ptr()) };

@@ -188,11 +188,11 @@ unsafe extern "C" fn on_key_event(
             let Some(mut key) = Key::borrowed(info.key) else {
                 return;
             };
-            let saved = match key.value::<Lease>(types::lease_type()) {
+            let saved = match key.value::<Lease>() {
                 Slot::Ours(lease) if lease.is_live(rm::now_ms()) => {
                     Some(Saved::Lease(lease.clone()))
                 }
-                Slot::WrongType => match key.value::<Resource>(types::resource_type()) {
+                Slot::WrongType => match key.value::<Resource>() {
                     Slot::Ours(r) => Some(Saved::Resource(*r)),
                     _ => None,
                 },

@@ -12,7 +12,7 @@ use redis_module::raw;
 
 use crate::keyspace::effects;
 use crate::keyspace::state::{self, STATS};
-use crate::keyspace::types::{self, lease_type};
+use crate::keyspace::types::{self};
 use crate::model::config;
 use crate::model::index::Due;
 use crate::model::lease::Lease;
@@ -168,7 +168,7 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
     let Some(mut key) = Key::open_read(ctx, name) else {
         return false;
     };
-    let Slot::Ours(lease) = key.value::<Lease>(lease_type()) else {
+    let Slot::Ours(lease) = key.value::<Lease>() else {
         // Deleted, renamed or replaced since it was indexed.
         return false;
     };
@@ -282,7 +282,7 @@ unsafe extern "C" fn index_scanned_key(
     let Some(mut key) = Key::borrowed(key) else {
         return;
     };
-    let ours = match key.value::<Lease>(lease_type()) {
+    let ours = match key.value::<Lease>() {
         Slot::Ours(lease) => {
             // A free record (kept for waiters) is due at once: the reaper
             // deletes it if its queue is gone. Marks from before the index
@@ -293,10 +293,7 @@ unsafe extern "C" fn index_scanned_key(
             state::fences().observe(lease.fence(), rm::now_ms());
             true
         }
-        Slot::WrongType => matches!(
-            key.value::<crate::model::lease::Resource>(types::resource_type()),
-            Slot::Ours(_)
-        ),
+        Slot::WrongType => matches!(key.value::<crate::model::lease::Resource>(), Slot::Ours(_)),
         Slot::Empty => false,
     };
     if ours && key.has_ttl() {

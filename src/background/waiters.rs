@@ -14,7 +14,7 @@ use redis_module::raw;
 
 use crate::keyspace::effects::{self, Wire};
 use crate::keyspace::state::{self, STATS};
-use crate::keyspace::types::{self, lease_type};
+use crate::keyspace::types::{self};
 use crate::model::error;
 use crate::model::lease::{Acquire, Lease};
 use crate::rm::{self, api, Ctx, Key, RString, Slot};
@@ -136,7 +136,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
             };
             let now = rm::now_ms();
             let mut fresh = Lease::default();
-            let (lease, stored) = match key.value::<Lease>(lease_type()) {
+            let (lease, stored) = match key.value::<Lease>() {
                 Slot::WrongType => {
                     rm::reply_error(ctx, error::WRONGTYPE);
                     return OK;

@@ -5,7 +5,6 @@ use std::os::raw::c_int;
 use std::ffi::CStr;
 
 use crate::keyspace::effects::{expired_before_reaping, granted, Wire};
-use crate::keyspace::types::lease_type;
 use crate::model::args;
 use crate::model::lease::{Acquire, Lease};
 
@@ -60,7 +59,7 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     };
     let now = rm::now_ms();
     let mut fresh = Lease::default();
-    let (lease, stored) = match key.value::<Lease>(lease_type()) {
+    let (lease, stored) = match key.value::<Lease>() {
         Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
         Slot::Empty => (&mut fresh, false),
         Slot::Ours(lease) => (lease, true),

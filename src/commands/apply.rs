@@ -3,7 +3,6 @@
 use std::os::raw::c_int;
 
 use crate::keyspace::effects::index_lease;
-use crate::keyspace::types::lease_type;
 use crate::model::args;
 use crate::model::lease::Lease;
 
@@ -36,7 +35,7 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     let Some(mut key) = Key::open_write(ctx, *key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
     };
-    let lease = match key.value::<Lease>(lease_type()) {
+    let lease = match key.value::<Lease>() {
         Slot::Ours(lease) => {
             lease.apply(holder, fence);
             lease

@@ -4,7 +4,6 @@
 use std::os::raw::c_int;
 
 use crate::keyspace::effects::replicate_record;
-use crate::keyspace::types::resource_type;
 use crate::model::args::parse_fence;
 use crate::model::lease::Resource;
 use crate::rm::api;
@@ -62,7 +61,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
         let Some(mut key) = Key::open_write(ctx, *resource) else {
             return rm::reply_error(ctx, error::INTERNAL);
         };
-        match key.value::<Resource>(resource_type()) {
+        match key.value::<Resource>() {
             Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
             Slot::Empty => {}
             Slot::Ours(r) => {
@@ -100,7 +99,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     let Some(mut key) = Key::open_write(ctx, *resource) else {
         return rm::reply_error(ctx, error::INTERNAL);
     };
-    let recorded = match key.value::<Resource>(resource_type()) {
+    let recorded = match key.value::<Resource>() {
         Slot::Empty => {
             types::store_resource(&mut key, Resource::new(fence));
             true
@@ -123,7 +122,7 @@ fn record_fence(ctx: Ctx, resource: RString, fence: u64) -> c_int {
     let Some(mut key) = Key::open_write(ctx, resource) else {
         return rm::reply_error(ctx, error::INTERNAL);
     };
-    match key.value::<Resource>(resource_type()) {
+    match key.value::<Resource>() {
         Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
         Slot::Empty => {
             types::store_resource(&mut key, Resource::new(fence));

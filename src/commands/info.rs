@@ -2,7 +2,6 @@
 
 use std::os::raw::c_int;
 
-use crate::keyspace::types::lease_type;
 use crate::model::lease::{Lease, State};
 
 use crate::keyspace::effects;
@@ -26,7 +25,7 @@ fn info(ctx: Ctx, args: &[RString]) -> c_int {
     let Some(mut key) = Key::open_read(ctx, *key_name) else {
         return rm::reply_null(ctx);
     };
-    let lease = match key.value::<Lease>(lease_type()) {
+    let lease = match key.value::<Lease>() {
         Slot::WrongType => return rm::reply_error(ctx, error::WRONGTYPE),
         Slot::Empty => return rm::reply_null(ctx),
         Slot::Ours(lease) => lease,

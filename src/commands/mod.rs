@@ -28,7 +28,6 @@ use std::os::raw::c_int;
 use redis_module::raw;
 
 use crate::keyspace::state;
-use crate::keyspace::types::lease_type;
 use crate::model::error;
 use crate::model::lease::Lease;
 use crate::rm::{self, Ctx, Key, RString, Slot};
@@ -112,7 +111,7 @@ pub(super) fn last_argument(args: &[RString], redact: &mut dyn FnMut(usize)) {
 /// The lease in an open key: `None` for an empty key, an error for a key of
 /// another type.
 pub(super) fn lease_in(key: &mut Key) -> Result<Option<&mut Lease>, &'static CStr> {
-    match key.value::<Lease>(lease_type()) {
+    match key.value::<Lease>() {
         Slot::WrongType => Err(error::WRONGTYPE),
         Slot::Empty => Ok(None),
         Slot::Ours(lease) => Ok(Some(lease)),

@@ -24,7 +24,7 @@ use crate::keyspace::unlinked::{self, Saved};
 use crate::model::args;
 use crate::model::encoding::{self, Reader};
 use crate::model::lease::{Lease, Resource};
-use crate::rm::{self, api, Key};
+use crate::rm::{self, api, Key, ModuleValue};
 
 pub use crate::model::encoding::ENCODING_VERSION;
 
@@ -80,11 +80,23 @@ pub static RESOURCE_TYPE: RedisType = RedisType::new(
     },
 );
 
-pub fn lease_type() -> *mut raw::RedisModuleType {
+impl ModuleValue for Lease {
+    fn module_type() -> *mut raw::RedisModuleType {
+        lease_type()
+    }
+}
+
+impl ModuleValue for Resource {
+    fn module_type() -> *mut raw::RedisModuleType {
+        resource_type()
+    }
+}
+
+fn lease_type() -> *mut raw::RedisModuleType {
     *LEASE_TYPE.raw_type.borrow()
 }
 
-pub fn resource_type() -> *mut raw::RedisModuleType {
+fn resource_type() -> *mut raw::RedisModuleType {
     *RESOURCE_TYPE.raw_type.borrow()
 }
 
@@ -92,7 +104,7 @@ pub fn resource_type() -> *mut raw::RedisModuleType {
 pub fn store_lease(key: &mut Key, lease: Lease) -> &mut Lease {
     state::bump(&STATS.lease_keys);
     state::note_name(key.name());
-    key.set(lease_type(), Box::new(lease))
+    key.set(Box::new(lease))
 }
 
 /// Set while the module deletes a key itself: that removal replaces
@@ -111,7 +123,7 @@ pub fn delete(key: &mut Key) {
 pub fn store_resource(key: &mut Key, resource: Resource) -> &mut Resource {
     state::bump(&STATS.resource_keys);
     state::note_name(key.name());
-    key.set(resource_type(), Box::new(resource))
+    key.set(Box::new(resource))
 }
 
 /// Notes the name of the key an RDB load, a full sync or a `RESTORE` is

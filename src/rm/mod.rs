@@ -189,6 +189,14 @@ impl Drop for OwnedString {
     }
 }
 
+/// A Rust type stored as the values of one module type. `Key::value` and
+/// `Key::set` take the module type from it, so a key's value can only be
+/// read as the Rust type registered for its module type.
+pub trait ModuleValue: Sized {
+    /// The module type whose values are `Self`.
+    fn module_type() -> *mut raw::RedisModuleType;
+}
+
 /// What an open key holds, as seen by one of our types.
 pub enum Slot<'k, T> {
     Empty,
@@ -226,9 +234,9 @@ impl Key {
         }
     }
 
-    /// The value if the key holds `ty`. `T` must be the Rust type stored
-    /// under `ty`; `data_type.rs` pairs them.
-    pub fn value<T>(&mut self, ty: *mut raw::RedisModuleType) -> Slot<'_, T> {
+    /// The value if the key holds `T`'s module type.
+    pub fn value<T: ModuleValue>(&mut self) -> Slot<'_, T> {
+        let ty = T::module_type();
         let key = self.inner.as_ptr();
         // Null for an empty key and for any value that is not a module's.
         let held = unsafe { api!(RedisModule_ModuleTypeGetType)(key) };
@@ -253,7 +261,8 @@ impl Key {
     }
 
     /// Stores a new value in an empty key; the key takes ownership.
-    pub fn set<T>(&mut self, ty: *mut raw::RedisModuleType, value: Box<T>) -> &mut T {
+    pub fn set<T: ModuleValue>(&mut self, value: Box<T>) -> &mut T {
+        let ty = T::module_type();
         let ptr = Box::into_raw(value);
         unsafe {
             api!(RedisModule_ModuleTypeSetValue)(self.inner.as_ptr(), ty, ptr.cast::<c_void>());
