@@ -443,7 +443,11 @@ unsafe extern "C" fn ttl_job(ctx: Ctx, pd: *mut c_void) {
 /// `pd` is the `TtlJob` `keep_without_ttl` queued.
 unsafe extern "C" fn free_ttl_job(pd: *mut c_void) {
     if !pd.is_null() {
-        drop(Box::from_raw(pd.cast::<TtlJob>()));
+        rm::guard(
+            "TTL job free",
+            || (),
+            || drop(Box::from_raw(pd.cast::<TtlJob>())),
+        );
     }
 }
 

@@ -154,6 +154,10 @@ fn listen_to_key_events(ctx: Ctx) {
 /// # Safety
 /// Called by Redis as a module timer callback.
 unsafe extern "C" fn apply_listening(ctx: Ctx, _data: *mut c_void) {
+    rm::guard("key event listening", || (), || set_listening(ctx));
+}
+
+fn set_listening(ctx: Ctx) {
     let listen = ALLKEYS_AT_RISK.load(Ordering::Relaxed);
     if unlinked::listening() == listen {
         return;
@@ -301,7 +305,11 @@ fn restore(ctx: Ctx, unlinked: &mut Unlinked) {
 /// `pd` is the `Unlinked` queued by `on_evicted`.
 unsafe extern "C" fn free_job(pd: *mut c_void) {
     if !pd.is_null() {
-        drop(Box::from_raw(pd.cast::<Unlinked>()));
+        rm::guard(
+            "eviction job free",
+            || (),
+            || drop(Box::from_raw(pd.cast::<Unlinked>())),
+        );
     }
 }
 

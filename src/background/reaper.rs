@@ -275,6 +275,14 @@ unsafe extern "C" fn index_scanned_key(
     key: *mut raw::RedisModuleKey,
     privdata: *mut c_void,
 ) {
+    rm::guard("index scan", || (), || index_scanned(name, key, privdata));
+}
+
+/// One key of the rebuild scan.
+///
+/// # Safety
+/// As `index_scanned_key`.
+unsafe fn index_scanned(name: RString, key: *mut raw::RedisModuleKey, privdata: *mut c_void) {
     let Some(state) = privdata.cast::<ScanState>().as_mut() else {
         return;
     };

@@ -191,8 +191,14 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
 /// # Safety
 /// Called by Redis for a client blocked by `block`.
 unsafe extern "C" fn waiter_timed_out(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
-    state::bump(&STATS.block_timeouts);
-    rm::reply_null_array(ctx);
+    rm::guard(
+        "LEASE.ACQUIRE waiter timeout",
+        || rm::reply_null_array(ctx),
+        || {
+            state::bump(&STATS.block_timeouts);
+            rm::reply_null_array(ctx)
+        },
+    );
     OK
 }
 

@@ -23,7 +23,7 @@ use crate::keyspace::state::{self, STATS};
 use crate::keyspace::unlinked::{self, Saved};
 use crate::model::args;
 use crate::model::encoding::{self, Reader};
-use crate::model::lease::{Lease, Resource};
+use crate::model::lease::{Lease, Resource, Token, FENCE_LIMIT};
 use crate::rm::{self, api, Key, ModuleValue};
 
 pub use crate::model::encoding::ENCODING_VERSION;
@@ -181,19 +181,20 @@ unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int)
 /// # Safety
 /// `value` is a `Lease` this module stored.
 unsafe extern "C" fn lease_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    rm::guard(
+    let Some(lease) = value.cast::<Lease>().as_ref() else {
+        return;
+    };
+    // All that could fail comes before the first write. If it fails, the
+    // lease is saved free with its fence: a whole value, no fence lost
+    // (half a value would be an RDB that does not load).
+    let (deadline, token) = rm::guard(
         "lease-key save",
-        || (),
-        || {
-            let Some(lease) = value.cast::<Lease>().as_ref() else {
-                return;
-            };
-            let (deadline, token) = lease.persisted_holder();
-            api!(RedisModule_SaveUnsigned)(rdb, lease.fence());
-            api!(RedisModule_SaveUnsigned)(rdb, deadline);
-            raw::save_slice(rdb, &token);
-        },
-    )
+        || (0, Token::Stored(&[])),
+        || lease.persisted_holder(),
+    );
+    api!(RedisModule_SaveUnsigned)(rdb, lease.fence());
+    api!(RedisModule_SaveUnsigned)(rdb, deadline);
+    raw::save_slice(rdb, &token);
 }
 
 /// # Safety
@@ -230,8 +231,12 @@ unsafe extern "C" fn lease_aof_rewrite(
 /// # Safety
 /// `value` is a `Lease` this module stored.
 unsafe extern "C" fn lease_mem_usage(value: *const c_void) -> usize {
-    let heap = value.cast::<Lease>().as_ref().map_or(0, Lease::heap_size);
-    std::mem::size_of::<Lease>() + heap
+    let size = std::mem::size_of::<Lease>();
+    rm::guard(
+        "lease-key memory usage",
+        || size,
+        || size + value.cast::<Lease>().as_ref().map_or(0, Lease::heap_size),
+    )
 }
 
 /// # Safety
@@ -241,25 +246,40 @@ unsafe extern "C" fn lease_digest(md: *mut raw::RedisModuleDigest, value: *mut c
         return;
     };
     api!(RedisModule_DigestAddLongLong)(md, lease.fence() as i64);
-    if let Some(h) = lease.holder() {
-        api!(RedisModule_DigestAddLongLong)(md, h.deadline_ms as i64);
-        api!(RedisModule_DigestAddStringBuffer)(md, h.token.as_ptr().cast(), h.token.len());
-    }
+    // A holder that cannot be read is digested as none: the digest then
+    // differs from a replica's, which says so.
+    rm::guard(
+        "lease-key digest",
+        || (),
+        || {
+            if let Some(h) = lease.holder() {
+                api!(RedisModule_DigestAddLongLong)(md, h.deadline_ms as i64);
+                api!(RedisModule_DigestAddStringBuffer)(md, h.token.as_ptr().cast(), h.token.len());
+            }
+        },
+    );
     api!(RedisModule_DigestEndSequence)(md);
 }
 
 /// # Safety
 /// `value` is a `Lease` this module stored; Redis frees each value once.
 unsafe extern "C" fn lease_free(value: *mut c_void) {
-    if !value.is_null() {
-        drop(Box::from_raw(value.cast::<Lease>()));
-        state::drop_one(&STATS.lease_keys);
+    if value.is_null() {
+        return;
     }
+    // A drop that panicked leaks the value rather than abort the server.
+    rm::guard(
+        "lease-key free",
+        || (),
+        || drop(Box::from_raw(value.cast::<Lease>())),
+    );
+    state::drop_one(&STATS.lease_keys);
 }
 
 /// `COPY` of a lease key is refused (the server answers with an error):
 /// a copy would be a second key held by the same token with the same
-/// fence. A lease belongs to its key name; records copy.
+/// fence. A lease belongs to its key name; records copy. Nothing here can
+/// fail.
 unsafe extern "C" fn lease_copy(
     _from: *mut raw::RedisModuleString,
     _to: *mut raw::RedisModuleString,
@@ -353,7 +373,9 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
 /// # Safety
 /// Called by Redis with a valid IO handle while saving an RDB.
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    let last = state::fences().last();
+    // Read before the write; 0 if that failed (the clock floor then keeps
+    // the next fences rising).
+    let last = rm::guard("fence sequence save", || 0, || state::fences().last());
     api!(RedisModule_SaveUnsigned)(rdb, last);
 }
 
@@ -378,7 +400,11 @@ unsafe extern "C" fn resource_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_i
 /// `value` is a `Resource` this module stored.
 unsafe extern "C" fn resource_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     if let Some(r) = value.cast::<Resource>().as_ref() {
-        api!(RedisModule_SaveUnsigned)(rdb, r.highest());
+        // Read before the write. Were the read to fail, the highest fence
+        // there is is saved: a whole value, on the side that refuses stale
+        // writes.
+        let highest = rm::guard("fence-rec save", || FENCE_LIMIT - 1, || r.highest());
+        api!(RedisModule_SaveUnsigned)(rdb, highest);
     }
 }
 
@@ -390,16 +416,18 @@ unsafe extern "C" fn resource_aof_rewrite(
     value: *mut c_void,
 ) {
     if let Some(r) = value.cast::<Resource>().as_ref() {
+        let highest = rm::guard("fence-rec AOF rewrite", || FENCE_LIMIT - 1, || r.highest());
         api!(RedisModule_EmitAOF)(
             aof,
             c"LEASE.FENCE".as_ptr(),
             c"sl".as_ptr(),
             key,
-            r.highest() as i64,
+            highest as i64,
         );
     }
 }
 
+/// A fixed size: nothing to read, nothing that can fail.
 unsafe extern "C" fn resource_mem_usage(_value: *const c_void) -> usize {
     std::mem::size_of::<Resource>()
 }
@@ -408,7 +436,8 @@ unsafe extern "C" fn resource_mem_usage(_value: *const c_void) -> usize {
 /// `value` is a `Resource` this module stored.
 unsafe extern "C" fn resource_digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     if let Some(r) = value.cast::<Resource>().as_ref() {
-        api!(RedisModule_DigestAddLongLong)(md, r.highest() as i64);
+        let highest = rm::guard("fence-rec digest", || 0, || r.highest());
+        api!(RedisModule_DigestAddLongLong)(md, highest as i64);
         api!(RedisModule_DigestEndSequence)(md);
     }
 }
@@ -416,10 +445,15 @@ unsafe extern "C" fn resource_digest(md: *mut raw::RedisModuleDigest, value: *mu
 /// # Safety
 /// `value` is a `Resource` this module stored; Redis frees each value once.
 unsafe extern "C" fn resource_free(value: *mut c_void) {
-    if !value.is_null() {
-        drop(Box::from_raw(value.cast::<Resource>()));
-        state::drop_one(&STATS.resource_keys);
+    if value.is_null() {
+        return;
     }
+    rm::guard(
+        "fence-rec free",
+        || (),
+        || drop(Box::from_raw(value.cast::<Resource>())),
+    );
+    state::drop_one(&STATS.resource_keys);
 }
 
 /// # Safety
@@ -429,11 +463,14 @@ unsafe extern "C" fn resource_copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    match value.cast::<Resource>().as_ref() {
-        Some(r) => {
-            state::bump(&STATS.resource_keys);
-            Box::into_raw(Box::new(*r)).cast()
+    // A copy that cannot be made refuses the COPY (null).
+    rm::guard("fence-rec copy", std::ptr::null_mut, || {
+        match value.cast::<Resource>().as_ref() {
+            Some(r) => {
+                state::bump(&STATS.resource_keys);
+                Box::into_raw(Box::new(*r)).cast()
+            }
+            None => std::ptr::null_mut(),
         }
-        None => std::ptr::null_mut(),
-    }
+    })
 }
