@@ -154,10 +154,10 @@ fn listen_to_key_events(ctx: Ctx) {
 /// # Safety
 /// Called by Redis as a module timer callback.
 unsafe extern "C" fn apply_listening(ctx: Ctx, _data: *mut c_void) {
-    rm::guard("key event listening", || (), || set_listening(ctx));
+    rm::guard("key event listening", || (), || update_listening(ctx));
 }
 
-fn set_listening(ctx: Ctx) {
+fn update_listening(ctx: Ctx) {
     let listen = ALLKEYS_AT_RISK.load(Ordering::Relaxed);
     if unlinked::listening() == listen {
         return;
