@@ -48,6 +48,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         Ok(settings) => settings.into_iter().for_each(|s| match s {
             config::Setting::Number(name, value) => config::apply_number(name, value),
             config::Setting::AllkeysEviction(choice) => eviction::MODE.set_named(choice),
+            #[cfg(feature = "fault-injection")]
+            config::Setting::InjectPanic(names) => rm::faults::arm(&names),
+            #[cfg(not(feature = "fault-injection"))]
+            config::Setting::InjectPanic(_) => {}
         }),
         Err(e) => {
             rm::log_warning(raw_ctx, &format!("redis-lease: {e}"));

@@ -82,12 +82,17 @@ pub const ALLKEYS_EVICTION_CHOICES: &[&str] = &["refuse", "restore", "allow"];
 /// The configs a `loadmodule` line may set, as `<name> <value>` pairs.
 pub const NAMES: &[&str] = &["reap-batch", "reap-hz", "max-waiters", ALLKEYS_EVICTION];
 
+/// `inject-panic <names>`: accepted only by a `fault-injection` build.
+pub const INJECT_PANIC: &str = "inject-panic";
+
 /// One `loadmodule` argument pair, checked.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Setting {
     Number(&'static str, i64),
     /// `allkeys-eviction` and its value, one of `ALLKEYS_EVICTION_CHOICES`.
     AllkeysEviction(&'static str),
+    /// `inject-panic` and the guard names to arm (`fault-injection` builds).
+    InjectPanic(String),
 }
 
 /// Checks `loadmodule` arguments as `CONFIG SET` would: an unknown name, a
@@ -103,6 +108,11 @@ pub fn parse_module_args<'a>(
     let mut settings = Vec::new();
     for pair in args.chunks(2) {
         let name = String::from_utf8_lossy(pair[0]);
+        if cfg!(feature = "fault-injection") && name == INJECT_PANIC {
+            let value = pair.get(1).map(|v| String::from_utf8_lossy(v).into_owned());
+            settings.push(Setting::InjectPanic(value.unwrap_or_default()));
+            continue;
+        }
         let Some(&known) = NAMES.iter().find(|&&n| n == name) else {
             return Err(format!(
                 "unknown module argument '{}': pass configs as '<name> <value>' pairs, names: {}",

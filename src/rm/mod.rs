@@ -33,6 +33,13 @@ pub type RString = *mut raw::RedisModuleString;
 /// `on_panic()` instead of an abort of the whole server: redis-module does
 /// not catch unwinds, and unwinding across `extern "C"` aborts.
 pub fn guard<T>(what: &str, on_panic: impl FnOnce() -> T, body: impl FnOnce() -> T) -> T {
+    #[cfg(feature = "fault-injection")]
+    let body = || {
+        if faults::armed(what) {
+            panic!("injected into {what}");
+        }
+        body()
+    };
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(v) => v,
         Err(payload) => {
@@ -47,6 +54,28 @@ pub fn guard<T>(what: &str, on_panic: impl FnOnce() -> T, body: impl FnOnce() ->
             );
             on_panic()
         }
+    }
+}
+
+/// The entry points that panic on purpose (`fault-injection` builds only).
+#[cfg(feature = "fault-injection")]
+pub mod faults {
+    use std::sync::Mutex;
+
+    static ARMED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    /// `names`: guard names separated by `|`.
+    pub fn arm(names: &str) {
+        let mut armed = ARMED.lock().unwrap_or_else(|e| e.into_inner());
+        armed.extend(names.split('|').map(str::to_string));
+    }
+
+    pub fn armed(what: &str) -> bool {
+        ARMED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|n| n == what)
     }
 }
 
