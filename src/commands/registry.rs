@@ -1,3 +1,4 @@
+#![allow(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)] // SAFETY comments come with the generated registration
 //! The commands' registration: name, handler, flags, arity, key specs and
 //! ACL categories; and what `LEASE.FENCE`'s inner-command verdicts depend on.
 
