@@ -12,6 +12,9 @@
 //!
 //! `scripts/layers` checks the arrows.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod background;
 mod commands;
 mod keyspace;
@@ -67,10 +70,15 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     if slot_migration {
         options |= events::VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION;
     }
+    // SAFETY: `raw_ctx` is the load context Redis passed RedisModule_OnLoad.
     unsafe { rm::api!(RedisModule_SetModuleOptions)(raw_ctx, options) };
     // The `@lease` ACL category exists where the server lets modules add
     // categories (Redis 7.4+).
+    // SAFETY: a read of the API table after RedisModule_Init wrote it (see
+    // `api!`); `None` before Redis 7.4.
     let with_category = match unsafe { raw::RedisModule_AddACLCategory } {
+        // SAFETY: `raw_ctx` is the load context, where categories may be
+        // added; the name is NUL-terminated and copied.
         Some(add) => (unsafe { add(raw_ctx, c"lease".as_ptr()) }) == raw::REDISMODULE_OK as i32,
         None => false,
     };
@@ -88,6 +96,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         rm::log_warning(raw_ctx, &format!("redis-lease: {e}"));
         return Status::Err;
     }
+    // SAFETY: `raw_ctx` is the load context; `info` is a function of the
+    // module, which is never unloaded (it has data types).
     unsafe { rm::api!(RedisModule_RegisterInfoFunc)(raw_ctx, Some(commands::stats::info)) };
     eviction::probe_key_events();
     events::refresh_role(raw_ctx);

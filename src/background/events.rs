@@ -35,6 +35,9 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
     ];
     for (id, callback) in server_events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
+        // SAFETY: `ctx` is the load context (the handle rule); each callback
+        // is a function of the module, which is never unloaded (it has data
+        // types), taking the arguments Redis gives that event.
         if unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, callback) } != OK {
             return Err(format!("cannot subscribe to server event {id}"));
         }
@@ -43,6 +46,8 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
         | raw::REDISMODULE_NOTIFY_EXPIRED
         | raw::REDISMODULE_NOTIFY_EVICTED
         | raw::REDISMODULE_NOTIFY_LOADED;
+    // SAFETY: `ctx` is the load context; the callback is a function of the
+    // module, which is never unloaded.
     if unsafe { api!(RedisModule_SubscribeToKeyspaceEvents)(ctx, classes, Some(on_keyspace_event)) }
         != OK
     {
@@ -66,6 +71,8 @@ pub fn subscribe_slot_migration(ctx: Ctx) -> Result<(), String> {
         id: VALKEY_EVENT_ATOMIC_SLOT_MIGRATION,
         dataver: 1,
     };
+    // SAFETY: `ctx` is the load context; the callback is a function of the
+    // module, which is never unloaded.
     if unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, Some(on_slot_migration)) }
         != OK
     {
@@ -79,14 +86,8 @@ pub fn subscribe_slot_migration(ctx: Ctx) -> Result<(), String> {
 /// `commands::origin`); the keys it brings are not indexed as they come
 /// (their slots are not this node's yet), but by a scan once they are.
 ///
-/// # Safety
-/// Called by Redis for a subscribed server event.
-unsafe extern "C" fn on_slot_migration(
-    _ctx: Ctx,
-    _e: raw::RedisModuleEvent,
-    sub: u64,
-    _d: *mut c_void,
-) {
+/// Reads only `sub`, so not `unsafe`.
+extern "C" fn on_slot_migration(_ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, _d: *mut c_void) {
     rm::guard(
         "slot migration",
         || (),
@@ -110,7 +111,7 @@ pub fn refresh_role(ctx: Ctx) {
 }
 
 /// # Safety
-/// Called by Redis for a subscribed server event.
+/// `ctx` is the event's context, valid for the call.
 unsafe extern "C" fn on_role_changed(
     ctx: Ctx,
     _e: raw::RedisModuleEvent,
@@ -135,7 +136,7 @@ unsafe extern "C" fn on_role_changed(
 }
 
 /// # Safety
-/// Called by Redis for a subscribed server event.
+/// `ctx` is the event's context, valid for the call.
 unsafe extern "C" fn on_loading(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, _d: *mut c_void) {
     rm::guard(
         "loading",
@@ -152,7 +153,8 @@ unsafe extern "C" fn on_loading(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, _
 }
 
 /// # Safety
-/// `data` is a `RedisModuleFlushInfo`.
+/// `ctx` is the event's context; `data` is null or a `RedisModuleFlushInfo`
+/// (the flush event's data), both valid for the call.
 unsafe extern "C" fn on_flush(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, data: *mut c_void) {
     if sub != raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
         return;
@@ -161,7 +163,9 @@ unsafe extern "C" fn on_flush(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, dat
         "flush",
         || (),
         || {
-            if let Some(info) = data.cast::<raw::RedisModuleFlushInfo>().as_ref() {
+            // SAFETY: Redis passes the flush event a RedisModuleFlushInfo,
+            // live for the call, of the version subscribed (1).
+            if let Some(info) = unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() } {
                 state::index().flush(info.dbnum);
                 forget_removed();
                 if info.dbnum < 0 {
@@ -184,13 +188,17 @@ fn wake_all(ctx: Ctx, db: i32) {
 }
 
 /// # Safety
-/// `data` is a `RedisModuleSwapDbInfo`.
+/// `ctx` is the event's context; `data` is null or a
+/// `RedisModuleSwapDbInfo` (the swapdb event's data), both valid for the
+/// call.
 unsafe extern "C" fn on_swapdb(ctx: Ctx, _e: raw::RedisModuleEvent, _sub: u64, data: *mut c_void) {
     rm::guard(
         "swapdb",
         || (),
         || {
-            if let Some(info) = data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() {
+            // SAFETY: Redis passes the swapdb event a RedisModuleSwapDbInfo,
+            // live for the call, of the version subscribed (1).
+            if let Some(info) = unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() } {
                 state::index().swap_db(info.dbnum_first, info.dbnum_second);
                 // Waiters stay with their database number, whose keys
                 // changed under them.
@@ -202,7 +210,9 @@ unsafe extern "C" fn on_swapdb(ctx: Ctx, _e: raw::RedisModuleEvent, _sub: u64, d
 }
 
 /// # Safety
-/// `data` is a `RedisModuleConfigChange`.
+/// `ctx` is the event's context; `data` is null or a
+/// `RedisModuleConfigChange` (the config event's data) whose
+/// `num_changes` names are NUL-terminated strings, all valid for the call.
 unsafe extern "C" fn on_config_change(
     ctx: Ctx,
     _e: raw::RedisModuleEvent,
@@ -213,15 +223,24 @@ unsafe extern "C" fn on_config_change(
         "config change",
         || (),
         || {
-            let Some(change) = data.cast::<raw::RedisModuleConfigChange>().as_ref() else {
+            // SAFETY: Redis passes the config event a
+            // RedisModuleConfigChange, live for the call, of the version
+            // subscribed (1).
+            let Some(change) = (unsafe { data.cast::<raw::RedisModuleConfigChange>().as_ref() })
+            else {
                 return;
             };
-            let names =
-                std::slice::from_raw_parts(change.config_names, change.num_changes as usize);
+            // SAFETY: `config_names` holds `num_changes` name pointers,
+            // live for the call (the event's contract).
+            let names = unsafe {
+                std::slice::from_raw_parts(change.config_names, change.num_changes as usize)
+            };
             let changed = |prefix: &[u8]| {
-                names
-                    .iter()
-                    .any(|&n| CStr::from_ptr(n).to_bytes().starts_with(prefix))
+                names.iter().any(|&n| {
+                    // SAFETY: each name is a NUL-terminated config name,
+                    // live for the call.
+                    unsafe { CStr::from_ptr(n) }.to_bytes().starts_with(prefix)
+                })
             };
             if changed(b"maxmemory") {
                 crate::background::eviction::refresh(ctx);
@@ -234,8 +253,8 @@ unsafe extern "C" fn on_config_change(
 }
 
 /// # Safety
-/// Called by Redis for a subscribed keyspace event, with the context's
-/// database set to the key's.
+/// `ctx`, `event` (NUL-terminated) and `key` are a keyspace notification's,
+/// valid for the call; the context's database is the key's.
 unsafe extern "C" fn on_keyspace_event(
     ctx: Ctx,
     _class: c_int,
@@ -246,7 +265,9 @@ unsafe extern "C" fn on_keyspace_event(
         "keyspace event",
         || OK,
         || {
-            let event = CStr::from_ptr(event).to_bytes();
+            // SAFETY: Redis passes a notification's event name as a
+            // NUL-terminated string, live for the call.
+            let event = unsafe { CStr::from_ptr(event) }.to_bytes();
             match event {
                 b"move_to" | b"rename_to" | b"copy_to" | b"restore" => {
                     unlinked::forget_unlinked();
@@ -260,12 +281,12 @@ unsafe extern "C" fn on_keyspace_event(
                 }
                 // Sent for every TTL set on the server: a name that never
                 // held a lease or a record is not looked up.
-                b"expire" if state::may_be_ours(rm::bytes(key)) => keep_without_ttl(ctx, key),
+                b"expire" if state::may_be_ours(rm::bytes(&key)) => keep_without_ttl(ctx, key),
                 // Every key of an RDB load: only `DEBUG RELOAD ... MERGE`
                 // replaces a value first (its unlink left a note). The name
                 // is the loader's, on its stack: a key handle needs a copy.
                 b"loaded" if any_removed() => {
-                    let name = OwnedString::new(ctx, rm::bytes(key));
+                    let name = OwnedString::new(ctx, rm::bytes(&key));
                     arrived(ctx, name.as_ptr());
                 }
                 b"evicted" => {
@@ -302,7 +323,7 @@ static MOVED_FROM_DB: AtomicI32 = AtomicI32::new(0);
 /// will never come.
 fn wake_waiters(ctx: Ctx, key: RString) {
     if effects::has_waiters(ctx, key) {
-        effects::resignal_later(ctx, rm::selected_db(ctx), rm::bytes(key));
+        effects::resignal_later(ctx, rm::selected_db(ctx), rm::bytes(&key));
     }
 }
 
@@ -327,7 +348,7 @@ fn arrived(ctx: Ctx, name: RString) {
         return;
     };
     let db = key.db();
-    let key_bytes = rm::bytes(name);
+    let key_bytes = rm::bytes(&name);
     let floor = take_removed(db, key_bytes);
     let now = rm::now_ms();
     match key.value::<Lease>() {
@@ -386,15 +407,20 @@ fn keep_without_ttl(ctx: Ctx, name: RString) {
     if rm::post_notification_jobs() {
         let job = Box::new(TtlJob {
             db: key.db(),
-            key: rm::bytes(name).into(),
+            key: rm::bytes(&name).into(),
         });
         drop(key);
         let pd = Box::into_raw(job).cast::<c_void>();
+        // SAFETY: `ctx` is the notification's context; `pd` is a `TtlJob`
+        // that Redis hands to `ttl_job`, then to `free_ttl_job` once, both
+        // of which read it as one.
         let added = unsafe {
             api!(RedisModule_AddPostNotificationJob)(ctx, Some(ttl_job), pd, Some(free_ttl_job))
         };
         if added != OK {
             // Not ours to free any more only when added.
+            // SAFETY: not added, so Redis did not take `pd`: it is still the
+            // `Box<TtlJob>` made above, freed only here.
             drop(unsafe { Box::from_raw(pd.cast::<TtlJob>()) });
         }
         return;
@@ -416,13 +442,16 @@ struct TtlJob {
 }
 
 /// # Safety
-/// `pd` is the `TtlJob` `keep_without_ttl` queued.
+/// `ctx` is the job's context, valid for the call; `pd` is null or the
+/// `TtlJob` `keep_without_ttl` queued, not yet freed.
 unsafe extern "C" fn ttl_job(ctx: Ctx, pd: *mut c_void) {
     rm::guard(
         "TTL removal",
         || (),
         || {
-            let Some(job) = pd.cast::<TtlJob>().as_ref() else {
+            // SAFETY: `pd` is the job's data, a `TtlJob` that Redis frees
+            // (with `free_ttl_job`) only after this runs.
+            let Some(job) = (unsafe { pd.cast::<TtlJob>().as_ref() }) else {
                 return;
             };
             rm::in_db(ctx, job.db, || {
@@ -440,13 +469,16 @@ unsafe extern "C" fn ttl_job(ctx: Ctx, pd: *mut c_void) {
 }
 
 /// # Safety
-/// `pd` is the `TtlJob` `keep_without_ttl` queued.
+/// `pd` is null or the `TtlJob` `keep_without_ttl` queued, which nothing
+/// uses after this call.
 unsafe extern "C" fn free_ttl_job(pd: *mut c_void) {
     if !pd.is_null() {
         rm::guard(
             "TTL job free",
             || (),
-            || drop(Box::from_raw(pd.cast::<TtlJob>())),
+            // SAFETY: `pd` is the `Box<TtlJob>` queued in `keep_without_ttl`;
+            // Redis calls this free function once per job.
+            || drop(unsafe { Box::from_raw(pd.cast::<TtlJob>()) }),
         );
     }
 }
@@ -456,6 +488,8 @@ unsafe extern "C" fn free_ttl_job(pd: *mut c_void) {
 const EXEC_DUE_LIMIT: usize = 64;
 
 pub fn filter_commands(ctx: Ctx) -> Result<(), String> {
+    // SAFETY: `ctx` is the load context; the callback is a function of the
+    // module, which is never unloaded.
     let filter = unsafe {
         api!(RedisModule_RegisterCommandFilter)(
             ctx,
@@ -477,10 +511,12 @@ pub fn filter_commands(ctx: Ctx) -> Result<(), String> {
 /// as a deletion would touch them.
 ///
 /// # Safety
-/// Called by Redis with the command's filter context, before the command.
+/// `fctx` is a command filter context, valid for the call.
 unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    let name = api!(RedisModule_CommandFilterArgGet)(fctx, 0);
-    if name.is_null() || !rm::bytes(name).eq_ignore_ascii_case(b"EXEC") {
+    // SAFETY: `fctx` is the filter context Redis passed this call; an index
+    // past the arguments answers null.
+    let name = unsafe { api!(RedisModule_CommandFilterArgGet)(fctx, 0) };
+    if name.is_null() || !rm::bytes(&name).eq_ignore_ascii_case(b"EXEC") {
         return;
     }
     rm::guard("EXEC filter", || (), touch_expired_leases);
@@ -500,6 +536,8 @@ fn touch_expired_leases() {
                 |mut k| matches!(k.value::<Lease>(), Slot::Ours(l) if !l.is_live(now)),
             );
             if expired {
+                // SAFETY: `ctx` is the module's own context, with `db`
+                // selected; `name` is an OwnedString alive here.
                 unsafe { api!(RedisModule_SignalModifiedKey)(ctx, name.as_ptr()) };
             }
         });

@@ -128,6 +128,9 @@ const KEY_EVENT: raw::RedisModuleEvent = raw::RedisModuleEvent {
 
 /// Notes whether the server names evictions in key events.
 pub fn probe_key_events() {
+    // SAFETY: a read of the API table after RedisModule_Init wrote it (see
+    // `api!`), `None` where the server lacks the function; `f` takes plain
+    // values.
     let supported = unsafe { raw::RedisModule_IsSubEventSupported }
         .is_some_and(|f| unsafe { f(KEY_EVENT, raw::REDISMODULE_SUBEVENT_KEY_EVICTED) != 0 });
     unlinked::set_key_events(supported);
@@ -145,6 +148,9 @@ pub fn probe_key_events() {
 fn listen_to_key_events(ctx: Ctx) {
     let listen = ALLKEYS_AT_RISK.load(Ordering::Relaxed);
     if unlinked::key_events() && unlinked::listening() != listen {
+        // SAFETY: `ctx` is valid by the handle rule; the timer carries no
+        // data, and its callback is a function of the module, which is
+        // never unloaded.
         unsafe {
             api!(RedisModule_CreateTimer)(ctx, 1, Some(apply_listening), std::ptr::null_mut())
         };
@@ -152,7 +158,7 @@ fn listen_to_key_events(ctx: Ctx) {
 }
 
 /// # Safety
-/// Called by Redis as a module timer callback.
+/// `ctx` is a timer callback's context, valid for the call.
 unsafe extern "C" fn apply_listening(ctx: Ctx, _data: *mut c_void) {
     rm::guard("key event listening", || (), || update_listening(ctx));
 }
@@ -163,6 +169,9 @@ fn update_listening(ctx: Ctx) {
         return;
     }
     let callback: raw::RedisModuleEventCallback = listen.then_some(on_key_event);
+    // SAFETY: `ctx` is the timer's context; the callback (or none, to stop
+    // listening) is a function of the module, which is never unloaded. A
+    // timer runs outside the server's walk of its listeners.
     let done = unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, KEY_EVENT, callback) };
     if done == raw::REDISMODULE_OK as i32 {
         unlinked::set_listening(listen);
@@ -172,7 +181,8 @@ fn update_listening(ctx: Ctx) {
 /// The key event: on an eviction of a live lease or a record, keep a copy.
 ///
 /// # Safety
-/// `data` is a `RedisModuleKeyInfo` whose key is open for reading.
+/// `data` is null or a `RedisModuleKeyInfo` whose key is open (for
+/// reading), valid for the call.
 unsafe extern "C" fn on_key_event(
     _ctx: Ctx,
     _e: raw::RedisModuleEvent,
@@ -186,10 +196,14 @@ unsafe extern "C" fn on_key_event(
         "key event",
         || (),
         || {
-            let Some(info) = data.cast::<raw::RedisModuleKeyInfo>().as_ref() else {
+            // SAFETY: Redis passes the key event a RedisModuleKeyInfo, live
+            // for the call, of the version subscribed (1).
+            let Some(info) = (unsafe { data.cast::<raw::RedisModuleKeyInfo>().as_ref() }) else {
                 return;
             };
-            let Some(mut key) = Key::borrowed(info.key) else {
+            // SAFETY: `info.key` is the open key Redis lends this callback;
+            // the Key is dropped (never closed) before it returns.
+            let Some(mut key) = (unsafe { Key::borrowed(info.key) }) else {
                 return;
             };
             let saved = match key.value::<Lease>() {
@@ -202,12 +216,13 @@ unsafe extern "C" fn on_key_event(
                 },
                 _ => None,
             };
-            let name = api!(RedisModule_GetKeyNameFromModuleKey)(info.key);
+            // SAFETY: `info.key` is the open key Redis lends this callback.
+            let name = unsafe { api!(RedisModule_GetKeyNameFromModuleKey)(info.key) };
             if name.is_null() {
                 return;
             }
-            let db = api!(RedisModule_GetDbIdFromModuleKey)(info.key);
-            unlinked::keep(db, rm::bytes(name.cast_mut()), saved);
+            let db = key.db();
+            unlinked::keep(db, rm::bytes(&name.cast_mut()), saved);
         },
     )
 }
@@ -215,12 +230,15 @@ unsafe extern "C" fn on_key_event(
 /// The `evicted` keyspace event: if it took a live lease or a record, count
 /// it, and restore it or say so in the log.
 pub fn on_evicted(ctx: Ctx, key: RString) {
-    let Some(unlinked) = unlinked::take(rm::selected_db(ctx), rm::bytes(key)) else {
+    let Some(unlinked) = unlinked::take(rm::selected_db(ctx), rm::bytes(&key)) else {
         return;
     };
     state::bump(&STATS.evicted);
     if MODE.current() == AllkeysEviction::restore && restore_supported() {
         let job = Box::into_raw(Box::new(unlinked)).cast::<c_void>();
+        // SAFETY: `ctx` is the notification's context; `job` is an
+        // `Unlinked` that Redis hands to `restore_job`, then to `free_job`
+        // once, both of which read it as one.
         let queued = unsafe {
             api!(RedisModule_AddPostNotificationJob)(ctx, Some(restore_job), job, Some(free_job))
         };
@@ -228,6 +246,8 @@ pub fn on_evicted(ctx: Ctx, key: RString) {
             return;
         }
         // Not queued: Redis did not take ownership of the job.
+        // SAFETY: so `job` is still the `Box<Unlinked>` made above, taken
+        // back only here.
         let unlinked = unsafe { Box::from_raw(job.cast::<Unlinked>()) };
         return warn_lost(ctx, &unlinked);
     }
@@ -258,14 +278,17 @@ fn warn_lost(ctx: Ctx, unlinked: &Unlinked) {
 }
 
 /// # Safety
-/// `pd` is the `Unlinked` queued by `on_evicted`; Redis frees it with
-/// `free_job` after this runs.
+/// `ctx` is the job's context, valid for the call; `pd` is null or the
+/// `Unlinked` queued by `on_evicted`, not yet freed and used by nothing
+/// else during the call.
 unsafe extern "C" fn restore_job(ctx: Ctx, pd: *mut c_void) {
     rm::guard(
         "eviction restore",
         || (),
         || {
-            let Some(unlinked) = pd.cast::<Unlinked>().as_mut() else {
+            // SAFETY: `pd` is the job's data, an `Unlinked` only this job
+            // reads, which Redis frees (with `free_job`) after it runs.
+            let Some(unlinked) = (unsafe { pd.cast::<Unlinked>().as_mut() }) else {
                 return;
             };
             let db = unlinked.db;
@@ -302,13 +325,16 @@ fn restore(ctx: Ctx, unlinked: &mut Unlinked) {
 }
 
 /// # Safety
-/// `pd` is the `Unlinked` queued by `on_evicted`.
+/// `pd` is null or the `Unlinked` queued by `on_evicted`, which nothing
+/// uses after this call.
 unsafe extern "C" fn free_job(pd: *mut c_void) {
     if !pd.is_null() {
         rm::guard(
             "eviction job free",
             || (),
-            || drop(Box::from_raw(pd.cast::<Unlinked>())),
+            // SAFETY: `pd` is the `Box<Unlinked>` queued in `on_evicted`;
+            // Redis calls this free function once per job.
+            || drop(unsafe { Box::from_raw(pd.cast::<Unlinked>()) }),
         );
     }
 }

@@ -26,7 +26,9 @@ struct Rescan {
     cursor: *mut raw::RedisModuleScanCursor,
 }
 
-// The cursor is only touched on the main thread, inside timer callbacks.
+// SAFETY: the cursor is only created, used and destroyed on the server's
+// main thread (at load, in events and in timer callbacks); the Mutex that
+// needs `Send` never hands it to another thread.
 unsafe impl Send for Rescan {}
 
 static RESCAN: Mutex<Option<Rescan>> = Mutex::new(None);
@@ -59,6 +61,8 @@ pub fn start(ctx: Ctx) {
 }
 
 fn schedule(ctx: Ctx, after_ms: i64) {
+    // SAFETY: `ctx` is valid by the handle rule; the timer carries no data,
+    // and `tick` is a function of the module, which is never unloaded.
     unsafe {
         api!(RedisModule_CreateTimer)(ctx, after_ms.max(1), Some(tick), std::ptr::null_mut())
     };
@@ -75,14 +79,17 @@ pub fn rescan() {
 pub fn scan_keyspace() {
     let mut rescan = RESCAN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(old) = rescan.take() {
+        // SAFETY: `old.cursor` was created by ScanCursorCreate and is
+        // destroyed once: the Rescan holding it is gone after this.
         unsafe { api!(RedisModule_ScanCursorDestroy)(old.cursor) };
     }
+    // SAFETY: takes no argument; the cursor is the new Rescan's.
     let cursor = unsafe { api!(RedisModule_ScanCursorCreate)() };
     *rescan = Some(Rescan { db: 0, cursor });
 }
 
 /// # Safety
-/// Called by Redis as a module timer callback.
+/// `ctx` is a timer callback's context, valid for the call.
 unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
     let next = rm::guard("reaper", config::reap_interval_ms, || {
         let interval = config::reap_interval_ms();
@@ -231,11 +238,17 @@ fn scan_step(ctx: Ctx) -> bool {
     while state.visited < SCAN_BUDGET {
         if !rm::select_db(ctx, rescan.db) {
             // Past the last database: done.
+            // SAFETY: the cursor is the Rescan's, destroyed once: the
+            // Rescan is dropped right after.
             unsafe { api!(RedisModule_ScanCursorDestroy)(rescan.cursor) };
             *guard = None;
             return false;
         }
         state.db = rescan.db;
+        // SAFETY: `ctx` is the timer's context, with the scanned database
+        // selected; the cursor is the Rescan's, live; `index_scanned_key`
+        // reads the private data as the `ScanState` it is, which outlives
+        // the call (Scan calls back only during it).
         let more = unsafe {
             api!(RedisModule_Scan)(
                 ctx,
@@ -247,6 +260,7 @@ fn scan_step(ctx: Ctx) -> bool {
         persist_all(ctx, &mut state.with_ttl);
         if more == 0 {
             rescan.db += 1;
+            // SAFETY: the cursor is the Rescan's, live.
             unsafe { api!(RedisModule_ScanCursorRestart)(rescan.cursor) };
         }
     }
@@ -268,14 +282,22 @@ fn persist_all(ctx: Ctx, names: &mut Vec<Box<[u8]>>) {
 }
 
 /// # Safety
-/// Called by `RedisModule_Scan` with the `ScanState` passed to it.
+/// Called back by `RedisModule_Scan` in `scan_step`: `name` and `key` (or
+/// null) are the scanned key's, valid for the call, and `privdata` is the
+/// `ScanState` passed to Scan, used by nothing else meanwhile.
 unsafe extern "C" fn index_scanned_key(
     _ctx: Ctx,
     name: RString,
     key: *mut raw::RedisModuleKey,
     privdata: *mut c_void,
 ) {
-    rm::guard("index scan", || (), || index_scanned(name, key, privdata));
+    rm::guard(
+        "index scan",
+        || (),
+        // SAFETY: `name`, `key` and `privdata` are as Scan passed them to
+        // this callback, which is what `index_scanned` needs.
+        || unsafe { index_scanned(name, key, privdata) },
+    );
 }
 
 /// One key of the rebuild scan.
@@ -283,11 +305,15 @@ unsafe extern "C" fn index_scanned_key(
 /// # Safety
 /// As `index_scanned_key`.
 unsafe fn index_scanned(name: RString, key: *mut raw::RedisModuleKey, privdata: *mut c_void) {
-    let Some(state) = privdata.cast::<ScanState>().as_mut() else {
+    // SAFETY: `privdata` is `scan_step`'s ScanState, which it does not touch
+    // while Scan runs (the caller's promise).
+    let Some(state) = (unsafe { privdata.cast::<ScanState>().as_mut() }) else {
         return;
     };
     state.visited += 1;
-    let Some(mut key) = Key::borrowed(key) else {
+    // SAFETY: `key` is the open key Scan lends this callback; the Key is
+    // dropped (never closed) before it returns.
+    let Some(mut key) = (unsafe { Key::borrowed(key) }) else {
         return;
     };
     let ours = match key.value::<Lease>() {
@@ -296,7 +322,7 @@ unsafe fn index_scanned(name: RString, key: *mut raw::RedisModuleKey, privdata: 
             // deletes it if its queue is gone. Marks from before the index
             // was cleared are stale: every key gets its entry again.
             let due = lease.deadline().unwrap_or(0);
-            state::index().insert(due, state.db, rm::bytes(name));
+            state::index().insert(due, state.db, rm::bytes(&name));
             lease.set_index_mark(Some(due));
             state::fences().observe(lease.fence(), rm::now_ms());
             true
@@ -305,6 +331,6 @@ unsafe fn index_scanned(name: RString, key: *mut raw::RedisModuleKey, privdata: 
         Slot::Empty => false,
     };
     if ours && key.has_ttl() {
-        state.with_ttl.push(rm::bytes(name).into());
+        state.with_ttl.push(rm::bytes(&name).into());
     }
 }

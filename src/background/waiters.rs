@@ -47,7 +47,7 @@ pub fn block(ctx: Ctx, key: RString, token: &[u8], ttl_ms: u64, timeout_ms: u64)
         return rm::reply_null_array(ctx);
     }
     let db = rm::selected_db(ctx);
-    let name = rm::bytes(key);
+    let name = rm::bytes(&key);
     let id = {
         let mut waiters = state::waiters();
         if waiters.len(db, name) >= crate::model::config::max_waiters() {
@@ -65,6 +65,11 @@ pub fn block(ctx: Ctx, key: RString, token: &[u8], ttl_ms: u64, timeout_ms: u64)
     let privdata = Box::into_raw(waiter).cast::<c_void>();
     let mut keys = [key];
     let timeout = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
+    // SAFETY: a read of the API table after RedisModule_Init wrote it (see
+    // `api!`); `ctx` is the running command's context and `keys` one live
+    // key name, which Redis retains. `privdata` is a `Waiter` that Redis
+    // hands to the callbacks, which read it as one, and frees once with
+    // `free_waiter`.
     let blocked = unsafe {
         match raw::RedisModule_BlockClientOnKeysWithFlags {
             // Unblock-on-delete: a DEL of the lease key frees it for the queue.
@@ -93,6 +98,8 @@ pub fn block(ctx: Ctx, key: RString, token: &[u8], ttl_ms: u64, timeout_ms: u64)
     };
     if blocked.is_null() {
         // Not blocked after all: take the waiter back and answer now.
+        // SAFETY: not blocked, so Redis did not take `privdata`: it is
+        // still the `Box<Waiter>` made above, freed only here.
         unsafe { drop(Box::from_raw(privdata.cast::<Waiter>())) };
         state::waiters().remove(db, name, id);
         return rm::reply_error(ctx, error::BLOCK_UNSUPPORTED);
@@ -104,17 +111,21 @@ pub fn block(ctx: Ctx, key: RString, token: &[u8], ttl_ms: u64, timeout_ms: u64)
 /// take a free lease; everyone else stays blocked (`ERR`).
 ///
 /// # Safety
-/// Called by Redis for a client blocked by `block`, whose private data is a
-/// `Waiter`.
+/// `ctx` is the reply context of a client blocked by `block`, valid for the
+/// call, whose private data is its `Waiter`, not yet freed.
 unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
     rm::guard(
         "LEASE.ACQUIRE waiter",
         || ERR,
         || {
-            let Some(waiter) = api!(RedisModule_GetBlockedClientPrivateData)(ctx)
-                .cast::<Waiter>()
-                .as_ref()
-            else {
+            // SAFETY: `ctx` is a blocked client's reply context; its private
+            // data is the `Waiter` `block` gave it, freed (`free_waiter`)
+            // only after the client unblocks, and only read meanwhile.
+            let Some(waiter) = (unsafe {
+                api!(RedisModule_GetBlockedClientPrivateData)(ctx)
+                    .cast::<Waiter>()
+                    .as_ref()
+            }) else {
                 return ERR;
             };
             if state::waiters().head(waiter.db, &waiter.key) != Some(waiter.id) {
@@ -127,7 +138,9 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 effects::resignal_later(ctx, waiter.db, &waiter.key);
                 return ERR;
             }
-            let key_name = api!(RedisModule_GetBlockedClientReadyKey)(ctx);
+            // SAFETY: `ctx` is a blocked client's reply context, where the
+            // ready key is live for the call (null outside a key signal).
+            let key_name = unsafe { api!(RedisModule_GetBlockedClientReadyKey)(ctx) };
             if key_name.is_null() {
                 return ERR;
             }
@@ -189,7 +202,8 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
 /// Timeout callback, also run for `CLIENT UNBLOCK`: nil, as BLPOP replies.
 ///
 /// # Safety
-/// Called by Redis for a client blocked by `block`.
+/// `ctx` is the reply context of a client blocked by `block`, valid for the
+/// call.
 unsafe extern "C" fn waiter_timed_out(ctx: Ctx, _argv: *mut RString, _argc: c_int) -> c_int {
     rm::guard(
         "LEASE.ACQUIRE waiter timeout",
@@ -205,12 +219,15 @@ unsafe extern "C" fn waiter_timed_out(ctx: Ctx, _argv: *mut RString, _argc: c_in
 /// Every way out of the queue ends here, exactly once per waiter.
 ///
 /// # Safety
-/// `privdata` is the `Waiter` that `block` handed to Redis.
+/// `ctx` is valid for the call; `privdata` is null or the `Waiter` that
+/// `block` handed to Redis, which nothing uses after this call.
 unsafe extern "C" fn free_waiter(ctx: Ctx, privdata: *mut c_void) {
     if privdata.is_null() {
         return;
     }
-    let waiter = Box::from_raw(privdata.cast::<Waiter>());
+    // SAFETY: `privdata` is the `Box<Waiter>` from `block`; Redis calls the
+    // free callback once per blocked client, after its last reply callback.
+    let waiter = unsafe { Box::from_raw(privdata.cast::<Waiter>()) };
     rm::guard(
         "LEASE.ACQUIRE waiter cleanup",
         || (),

@@ -31,7 +31,7 @@ fn parse_acquire(args: &[RString]) -> Result<(RString, args::Acquire<'_, RString
     let [_, key, ttl, options @ ..] = args else {
         return Err(error::ACQUIRE_SYNTAX);
     };
-    let parsed = args::parse_acquire(rm::bytes(*ttl), options, |o| rm::bytes(*o))?;
+    let parsed = args::parse_acquire(rm::bytes(ttl), options, rm::bytes)?;
     Ok((*key, parsed))
 }
 
@@ -48,7 +48,7 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     }
     let generated;
     let (token, wire) = match parsed.token {
-        Some(&arg) => (rm::bytes(arg), Wire::Arg(arg)),
+        Some(arg) => (rm::bytes(arg), Wire::Arg(*arg)),
         None => {
             generated = generate_token();
             (&generated[..], Wire::Bytes(&generated))

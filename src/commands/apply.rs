@@ -27,7 +27,7 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     let [_, key_name, effect @ ..] = args else {
         return rm::reply_error(ctx, error::APPLY_ARGS);
     };
-    let (fence, holder) = match args::parse_apply_args(effect, |a| rm::bytes(*a)) {
+    let (fence, holder) = match args::parse_apply_args(effect, rm::bytes) {
         Ok(parsed) => parsed,
         Err(e) => return rm::reply_error(ctx, e),
     };

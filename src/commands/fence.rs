@@ -19,12 +19,15 @@ use super::*;
 
 /// `LEASE.FENCE resource fence [command [arg ...]]`
 pub extern "C" fn fence_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    // SAFETY: `ctx` is the context Redis passed this command.
     if unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx) } != 0 {
         return rm::guard(
             "LEASE.FENCE getkeys",
             || OK,
             || {
-                inner::report_keys(ctx, rm::args(argv, argc));
+                // SAFETY: `argv` and `argc` are this call's arguments, and
+                // the slice ends with this closure.
+                inner::report_keys(ctx, unsafe { rm::args(argv, argc) });
                 OK
             },
         );
@@ -42,7 +45,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
             c"ERR wrong number of arguments for 'lease.fence' command",
         );
     };
-    let fence = match parse_fence(rm::bytes(*fence_arg)) {
+    let fence = match parse_fence(rm::bytes(fence_arg)) {
         Ok(f) => f,
         Err(e) => return rm::reply_error(ctx, e),
     };
@@ -77,10 +80,10 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
         Verdict::Nested => return rm::reply_error(ctx, error::FENCE_NESTED),
         Verdict::Unknown => return rm::reply_error(ctx, error::FENCE_UNKNOWN_COMMAND),
         Verdict::Forbidden => {
-            return rm::reply_error_string(ctx, &error::fence_forbidden(rm::bytes(inner_args[0])))
+            return rm::reply_error_string(ctx, &error::fence_forbidden(rm::bytes(&inner_args[0])))
         }
     }
-    if inner::touches(inner_args, rm::bytes(*resource)) {
+    if inner::touches(inner_args, rm::bytes(resource)) {
         return rm::reply_error(ctx, error::FENCE_TOUCHES_RESOURCE);
     }
     let reply = match inner::call(ctx, inner_args) {

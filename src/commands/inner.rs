@@ -3,6 +3,7 @@
 //! under the caller's ACL user.
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::os::raw::c_int;
 use std::sync::Mutex;
 
@@ -44,7 +45,7 @@ pub fn forget_verdicts() {
 const FORBIDDEN_FLAGS: &[&[u8]] = &[b"noscript", b"blocking", b"admin", b"no_multi"];
 
 pub fn verdict(ctx: Ctx, args: &[RString]) -> Verdict {
-    let Some(&name) = args.first() else {
+    let Some(name) = args.first() else {
         return Verdict::Unknown;
     };
     let name = rm::bytes(name).to_ascii_lowercase();
@@ -57,7 +58,7 @@ pub fn verdict(ctx: Ctx, args: &[RString]) -> Verdict {
     }
     // A container (CONFIG, CLIENT, OBJECT...): the subcommand decides; one
     // that runs alone too (COMMAND) is judged as itself.
-    let Some(&sub) = args.get(1) else {
+    let Some(sub) = args.get(1) else {
         return verdict;
     };
     let mut full = name;
@@ -82,6 +83,8 @@ fn lookup(ctx: Ctx, name: &[u8]) -> Known {
 
 /// Runs `COMMAND INFO name` and reads the flags and subcommands out of it.
 fn command_info(ctx: Ctx, name: &[u8]) -> Known {
+    // SAFETY: `ctx` is the running command's context; the format `cb`
+    // takes the NUL-terminated string and the pointer and length passed.
     let reply = unsafe {
         api!(RedisModule_Call)(
             ctx,
@@ -123,18 +126,28 @@ fn command_info(ctx: Ctx, name: &[u8]) -> Known {
     (verdict, container)
 }
 
-/// A call reply; the top-level one is freed on drop, elements borrow it.
-pub struct CallReply {
+/// A call reply; the top-level one is freed on drop, elements borrow it
+/// (`'p`), so `inner` is a live reply for as long as a CallReply lives.
+pub struct CallReply<'p> {
     inner: *mut raw::RedisModuleCallReply,
     owned: bool,
+    parent: PhantomData<&'p ()>,
 }
 
-impl CallReply {
+impl CallReply<'static> {
+    /// Takes ownership of a reply from `RedisModule_Call` (null: none).
     fn new(inner: *mut raw::RedisModuleCallReply) -> Option<Self> {
-        (!inner.is_null()).then_some(Self { inner, owned: true })
+        (!inner.is_null()).then_some(Self {
+            inner,
+            owned: true,
+            parent: PhantomData,
+        })
     }
+}
 
+impl CallReply<'_> {
     fn kind(&self) -> c_int {
+        // SAFETY: `inner` is live while `self` is (see `CallReply`).
         unsafe { api!(RedisModule_CallReplyType)(self.inner) }
     }
 
@@ -153,38 +166,50 @@ impl CallReply {
     }
 
     fn len(&self) -> usize {
+        // SAFETY: `inner` is live while `self` is (see `CallReply`).
         unsafe { api!(RedisModule_CallReplyLength)(self.inner) }
     }
 
-    fn element(&self, i: usize) -> Option<CallReply> {
+    /// Element `i` of an array reply, borrowing this one.
+    fn element(&self, i: usize) -> Option<CallReply<'_>> {
         if !self.is_array() || i >= self.len() {
             return None;
         }
+        // SAFETY: `inner` is a live array reply with more than `i` elements.
         let e = unsafe { api!(RedisModule_CallReplyArrayElement)(self.inner, i) };
         (!e.is_null()).then_some(CallReply {
             inner: e,
             owned: false,
+            parent: PhantomData,
         })
     }
 
     fn string(&self) -> &[u8] {
         let mut len = 0usize;
+        // SAFETY: `inner` is live while `self` is (see `CallReply`); a reply
+        // that is no string answers null.
         let ptr = unsafe { api!(RedisModule_CallReplyStringPtr)(self.inner, &mut len) };
         if ptr.is_null() {
             return &[];
         }
+        // SAFETY: Redis gave `len` bytes at `ptr`, inside the reply, which
+        // outlives the borrow of `self` (see `CallReply`).
         unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
     }
 
     /// Passes the reply on to the client as it is.
     pub fn send(self, ctx: Ctx) -> c_int {
+        // SAFETY: `ctx` is the running command's context; `inner` is live
+        // while `self` is, and Redis copies the reply out.
         unsafe { api!(RedisModule_ReplyWithCallReply)(ctx, self.inner) }
     }
 }
 
-impl Drop for CallReply {
+impl Drop for CallReply<'_> {
     fn drop(&mut self) {
         if self.owned {
+            // SAFETY: an owned reply came from RedisModule_Call and is freed
+            // once, here; its elements borrow it, so none is left.
             unsafe { api!(RedisModule_FreeCallReply)(self.inner) };
         }
     }
@@ -194,14 +219,17 @@ impl Drop for CallReply {
 /// its keys), replicating its effects (`!`), with errors as replies (`E`) in
 /// the caller's protocol (`0`). `Err` means the command was refused or
 /// failed, with its error reply when the server gave one.
-pub fn call(ctx: Ctx, args: &[RString]) -> Result<CallReply, Option<CallReply>> {
-    let Some((&name, rest)) = args.split_first() else {
+pub fn call(ctx: Ctx, args: &[RString]) -> Result<CallReply<'static>, Option<CallReply<'static>>> {
+    let Some((name, rest)) = args.split_first() else {
         return Err(None);
     };
     let name = rm::bytes(name);
     let mut cname = Vec::with_capacity(name.len() + 1);
     cname.extend(name.iter().copied().filter(|&b| b != 0));
     cname.push(0);
+    // SAFETY: `ctx` is the running command's context; `cname` is
+    // NUL-terminated above; the format `v` takes the array of module
+    // strings `rest` (live handles, by the handle rule) and its length.
     let reply = unsafe {
         api!(RedisModule_Call)(
             ctx,
@@ -223,7 +251,7 @@ pub fn call(ctx: Ctx, args: &[RString]) -> Result<CallReply, Option<CallReply>> 
 /// argument (not only the keys) is stricter than needed, and avoids the
 /// servers' key extraction, whose buffers Redis 8.2 does not free.
 pub fn touches(inner: &[RString], resource: &[u8]) -> bool {
-    inner.iter().skip(1).any(|&a| rm::bytes(a) == resource)
+    inner.iter().skip(1).any(|a| rm::bytes(a) == resource)
 }
 
 /// `COMMAND GETKEYS` and cluster routing: the resource, then the inner
@@ -233,9 +261,14 @@ pub fn report_keys(ctx: Ctx, args: &[RString]) {
         return;
     }
     let rw_update = (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE) as c_int;
+    // SAFETY: a read of the API table after RedisModule_Init wrote it (see
+    // `api!`); `None` before Redis 7.2.
     let key_at_pos_with_flags = unsafe { raw::RedisModule_KeyAtPosWithFlags };
     match key_at_pos_with_flags {
+        // SAFETY: `ctx` is a keys-position request's context, and position
+        // 1 (the resource) is an argument: `args.len() >= 2`.
         Some(at) => unsafe { at(ctx, 1, rw_update) },
+        // SAFETY: as for `at`.
         None => unsafe { api!(RedisModule_KeyAtPos)(ctx, 1) },
     }
     // An oversized inner command is refused when it runs; its keys are
@@ -243,12 +276,17 @@ pub fn report_keys(ctx: Ctx, args: &[RString]) {
     if args.len() < 4 || args.len() > 4 + MAX_ARGS {
         return;
     }
+    // SAFETY: a read of the API table after RedisModule_Init wrote it (see
+    // `api!`); `None` on a server without key extraction.
     let Some(get_keys) = (unsafe { raw::RedisModule_GetCommandKeysWithFlags }) else {
         return;
     };
     let inner = &args[3..];
     let mut num: c_int = 0;
     let mut flags: *mut c_int = std::ptr::null_mut();
+    // SAFETY: `ctx` is the running request's context; `inner` is `len` live
+    // argument handles (Redis only reads them, whatever the pointer's
+    // mutability); `num` and `flags` are out-parameters it writes.
     let positions = unsafe {
         get_keys(
             ctx,
@@ -262,18 +300,30 @@ pub fn report_keys(ctx: Ctx, args: &[RString]) {
         return;
     }
     let count = usize::try_from(num).unwrap_or(0);
+    // SAFETY: Redis returned an array of `num` positions, ours until freed
+    // below.
     let positions_slice = unsafe { std::slice::from_raw_parts(positions, count) };
     for (i, &pos) in positions_slice.iter().enumerate() {
         let key_flags = if flags.is_null() {
             rw_update
         } else {
+            // SAFETY: a non-null `flags` is an array of `num` flags, one per
+            // position, and `i < num`.
             unsafe { *flags.add(i) }
         };
+        // Each position is one of the inner command's arguments, which
+        // start at 3 in this command's: a position that exists.
         match key_at_pos_with_flags {
+            // SAFETY: `ctx` is a keys-position request's context, and
+            // `pos + 3` is one of its arguments.
             Some(at) => unsafe { at(ctx, pos + 3, key_flags) },
+            // SAFETY: as for `at`.
             None => unsafe { api!(RedisModule_KeyAtPos)(ctx, pos + 3) },
         }
     }
+    // SAFETY: both arrays were allocated by the server for this module
+    // (RedisModule_Alloc) and are freed once, here; nothing read from them
+    // is kept.
     unsafe {
         api!(RedisModule_Free)(positions.cast());
         if !flags.is_null() {

@@ -64,7 +64,10 @@ pub(super) fn command(
         name,
         || rm::reply_error(ctx, error::INTERNAL),
         || {
-            let args = rm::args(argv, argc);
+            // SAFETY: `argv` and `argc` are what Redis passed the command
+            // `command` runs for, and the slice ends with this closure:
+            // `body` and `secret` cannot keep it (their signatures).
+            let args = unsafe { rm::args(argv, argc) };
             let status = body(ctx, args);
             secret(args, &mut |pos| rm::redact(ctx, pos));
             status
@@ -85,13 +88,13 @@ pub(super) fn second_argument(args: &[RString], redact: &mut dyn FnMut(usize)) {
 /// its syntax.
 pub(super) fn token_option(args: &[RString], redact: &mut dyn FnMut(usize)) {
     (3..args.len().saturating_sub(1))
-        .filter(|&i| rm::bytes(args[i]).eq_ignore_ascii_case(b"TOKEN"))
+        .filter(|&i| rm::bytes(&args[i]).eq_ignore_ascii_case(b"TOKEN"))
         .for_each(|i| redact(i + 1));
 }
 
 /// FENCE: a nested LEASE command (refused) may carry a token anywhere.
 pub(super) fn nested_lease_command(args: &[RString], redact: &mut dyn FnMut(usize)) {
-    let nested = args.get(3).is_some_and(|&c| {
+    let nested = args.get(3).is_some_and(|c| {
         let name = rm::bytes(c);
         name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.")
     });

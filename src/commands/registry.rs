@@ -8,7 +8,7 @@ use std::os::raw::{c_char, c_int};
 
 use redis_module::raw;
 
-use crate::rm::{api, Ctx, RString};
+use crate::rm::{self, api, Ctx, RString};
 
 use super::acquire::acquire_command;
 use super::apply::apply_command;
@@ -262,6 +262,8 @@ pub fn subscribe_module_changes(ctx: Ctx) -> Result<(), String> {
         id: raw::REDISMODULE_EVENT_MODULE_CHANGE,
         dataver: 1,
     };
+    // SAFETY: `ctx` is the load context Redis passed to the module's init;
+    // the callback has the signature the server calls events with.
     if unsafe { api!(RedisModule_SubscribeToServerEvent)(ctx, event, Some(on_module_change)) } != OK
     {
         return Err("cannot subscribe to module changes".into());
@@ -269,15 +271,14 @@ pub fn subscribe_module_changes(ctx: Ctx) -> Result<(), String> {
     Ok(())
 }
 
-/// # Safety
-/// Called by Redis for a subscribed server event.
-unsafe extern "C" fn on_module_change(
+/// Reads none of its arguments, so there is nothing for the caller to owe.
+extern "C" fn on_module_change(
     _ctx: Ctx,
     _e: raw::RedisModuleEvent,
     _sub: u64,
     _d: *mut std::os::raw::c_void,
 ) {
-    inner::forget_verdicts();
+    rm::guard("module change", || (), inner::forget_verdicts);
 }
 
 /// Registers the commands. A command with flags older servers refuse
@@ -292,6 +293,8 @@ pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
     for cmd in COMMANDS {
+        // SAFETY: `ctx` is the load context; name and flags are C strings
+        // that live through the call; the handler has the command signature.
         let create = |flags: &CStr| unsafe {
             api!(RedisModule_CreateCommand)(
                 ctx,
@@ -308,6 +311,7 @@ pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
         if !created {
             return Err(format!("cannot create command {:?}", cmd.name));
         }
+        // SAFETY: `ctx` is the load context; the name is a C string.
         let command = unsafe { api!(RedisModule_GetCommand)(ctx, cmd.name.as_ptr()) };
         if command.is_null() {
             return Err(format!("cannot find command {:?}", cmd.name));
@@ -344,9 +348,14 @@ pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
             key_specs: key_specs.as_mut_ptr(),
             args: raw_args(cmd.args, &mut levels),
         };
+        // SAFETY: `command` was just created (non-null, checked); `info`,
+        // its key specs (zero-terminated) and arguments live through the
+        // call, and Redis copies what it keeps.
         if unsafe { api!(RedisModule_SetCommandInfo)(command, &info) } != OK {
             return Err(format!("cannot set command info of {:?}", cmd.name));
         }
+        // SAFETY: a read of the API table, which RedisModule_Init filled
+        // before init ran; None where the server lacks the call.
         if let Some(set_categories) = unsafe { raw::RedisModule_SetCommandACLCategories } {
             let mut categories = cmd.acl_categories.to_string();
             if with_acl_category {
@@ -354,6 +363,8 @@ pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
             }
             let categories = std::ffi::CString::new(categories.trim()).unwrap_or_default();
             if !categories.is_empty()
+                // SAFETY: `command` is the created command; the categories
+                // are a C string that lives through the call.
                 && unsafe { set_categories(command, categories.as_ptr()) } != OK
             {
                 return Err(format!("cannot set ACL categories of {:?}", cmd.name));

@@ -28,7 +28,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
             c"ERR wrong number of arguments for 'lease.release' command",
         );
     };
-    let token = match check_token(rm::bytes(*token)) {
+    let token = match check_token(rm::bytes(token)) {
         Ok(t) => t,
         Err(e) => return rm::reply_error(ctx, e),
     };
@@ -65,7 +65,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
     }
     state::bump(&STATS.releases);
     if let (Some(at), true) = (mark, state::is_primary()) {
-        state::index().remove(at, rm::selected_db(ctx), rm::bytes(*key_name));
+        state::index().remove(at, rm::selected_db(ctx), rm::bytes(key_name));
     }
     if !effects::has_waiters(ctx, *key_name) {
         types::delete(&mut key);

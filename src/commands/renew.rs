@@ -27,7 +27,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
         );
     };
     let parsed =
-        check_token(rm::bytes(*token_arg)).and_then(|t| Ok((t, parse_ttl(rm::bytes(*ttl))?)));
+        check_token(rm::bytes(token_arg)).and_then(|t| Ok((t, parse_ttl(rm::bytes(ttl))?)));
     let (token, ttl_ms) = match parsed {
         Ok(p) => p,
         Err(e) => return rm::reply_error(ctx, e),

@@ -11,16 +11,20 @@ use crate::keyspace::state::{self, read, STATS};
 use crate::rm::api;
 
 /// # Safety
-/// Called by Redis with a valid info context.
+/// `ctx` is an INFO context, valid for the call.
 pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     crate::rm::guard(
         "INFO",
         || (),
         || {
             let add = |name: &std::ffi::CStr, value: u64| {
-                api!(RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), value);
+                // SAFETY: `ctx` is the INFO context Redis passed this call;
+                // `name` is NUL-terminated and copied.
+                unsafe { api!(RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), value) };
             };
-            api!(RedisModule_InfoAddSection)(ctx, std::ptr::null());
+            // SAFETY: `ctx` is the INFO context Redis passed this call; a
+            // null name is the module's default section.
+            unsafe { api!(RedisModule_InfoAddSection)(ctx, std::ptr::null()) };
             add(c"keys", read(&STATS.lease_keys));
             add(c"resource_keys", read(&STATS.resource_keys));
             add(c"indexed_deadlines", state::index().len() as u64);
@@ -45,15 +49,26 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
                 read(&STATS.eviction_refused),
             );
             let policy = CString::new(eviction::policy()).unwrap_or_default();
-            api!(RedisModule_InfoAddFieldCString)(
-                ctx,
-                c"maxmemory_policy".as_ptr(),
-                policy.as_ptr(),
-            );
+            // SAFETY: `ctx` is the INFO context Redis passed this call; both
+            // strings are NUL-terminated, live for the call, and copied.
+            unsafe {
+                api!(RedisModule_InfoAddFieldCString)(
+                    ctx,
+                    c"maxmemory_policy".as_ptr(),
+                    policy.as_ptr(),
+                )
+            };
             add(c"maxmemory", eviction::maxmemory());
             let mode = format!("{:?}", eviction::MODE.current());
             let mode = CString::new(mode).unwrap_or_default();
-            api!(RedisModule_InfoAddFieldCString)(ctx, c"allkeys_eviction".as_ptr(), mode.as_ptr());
+            // SAFETY: as for `maxmemory_policy`.
+            unsafe {
+                api!(RedisModule_InfoAddFieldCString)(
+                    ctx,
+                    c"allkeys_eviction".as_ptr(),
+                    mode.as_ptr(),
+                )
+            };
             add(c"role_primary", u64::from(state::is_primary()));
         },
     )

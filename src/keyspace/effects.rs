@@ -27,7 +27,7 @@ pub const PAUSED_RETRY_MS: i64 = 10;
 /// lease's deadline. That keeps every renewal free of index work; the reaper
 /// pays once per entry instead.
 pub fn index_lease(ctx: Ctx, key: RString, lease: &mut Lease) {
-    state::index_lease(rm::selected_db(ctx), rm::bytes(key), lease);
+    state::index_lease(rm::selected_db(ctx), rm::bytes(&key), lease);
 }
 
 /// A holder's token as `LEASE.APPLY` carries it: the client's own argument
@@ -54,6 +54,9 @@ pub fn replicate_holder(ctx: Ctx, key: RString, fence: u64, deadline: u64, token
     let state = args::apply_state(fence, deadline, &mut buf);
     let apply = c"LEASE.APPLY".as_ptr();
     let (s, sl) = (state.as_ptr(), state.len());
+    // SAFETY: `ctx`, `key` and an `Arg` token are valid by the handle rule;
+    // each format matches its arguments (`s`: a module string, `b`: a
+    // pointer and a length, live for the call, which copies them).
     unsafe {
         match token {
             Wire::Arg(t) => api!(RedisModule_Replicate)(ctx, apply, c"sbs".as_ptr(), key, s, sl, t),
@@ -96,6 +99,8 @@ pub fn granted(ctx: Ctx, key: RString, lease: &mut Lease, token: Wire) {
 
 /// Propagates a resource record's highest fence as `LEASE.FENCE`.
 pub fn replicate_record(ctx: Ctx, resource: RString, highest: u64) {
+    // SAFETY: `ctx` and `resource` are valid by the handle rule; the format
+    // `sl` takes the module string and the i64 passed.
     unsafe {
         api!(RedisModule_Replicate)(
             ctx,
@@ -110,15 +115,17 @@ pub fn replicate_record(ctx: Ctx, resource: RString, highest: u64) {
 /// Whether clients wait for `key` in the current database.
 pub fn has_waiters(ctx: Ctx, key: RString) -> bool {
     let waiters = state::waiters();
-    !waiters.is_empty() && waiters.len(rm::selected_db(ctx), rm::bytes(key)) > 0
+    !waiters.is_empty() && waiters.len(rm::selected_db(ctx), rm::bytes(&key)) > 0
 }
 
 pub fn waiters_on(ctx: Ctx, key: RString) -> usize {
-    state::waiters().len(rm::selected_db(ctx), rm::bytes(key))
+    state::waiters().len(rm::selected_db(ctx), rm::bytes(&key))
 }
 
 /// Tells the waiters on `key` that the lease may be free.
 pub fn signal(ctx: Ctx, key: RString) {
+    // SAFETY: `ctx` and `key` are valid by the handle rule; Redis retains
+    // the key name it queues.
     unsafe { api!(RedisModule_SignalKeyAsReady)(ctx, key) };
 }
 
@@ -134,10 +141,13 @@ pub fn install_waker() {
 }
 
 /// # Safety
-/// Called by Redis as a module timer callback.
+/// `ctx` is a timer callback's context, valid for the call.
 unsafe extern "C" fn resignal_tick(ctx: Ctx, _data: *mut c_void) {
     if rm::writes_paused() {
         // Serving a waiter writes: try again once the pause ends.
+        // SAFETY: `ctx` is this timer's context; the new timer carries no
+        // data, and its callback is this function, of a module that is
+        // never unloaded.
         unsafe {
             api!(RedisModule_CreateTimer)(
                 ctx,
@@ -185,6 +195,8 @@ pub fn serves_slot_of(ctx: Ctx, key: RString) -> bool {
     if !state::is_cluster() {
         return true;
     }
+    // SAFETY: `ctx` and `key` are valid by the handle rule; the format `cs`
+    // takes the NUL-terminated string and the module string passed.
     let slot = unsafe {
         api!(RedisModule_Call)(
             ctx,
@@ -197,8 +209,13 @@ pub fn serves_slot_of(ctx: Ctx, key: RString) -> bool {
     if slot.is_null() {
         return false;
     }
+    // SAFETY: `slot` is a live reply (not null, not yet freed); one that is
+    // no integer answers 0.
     let slot_number = unsafe { api!(RedisModule_CallReplyInteger)(slot) };
+    // SAFETY: `slot` came from RedisModule_Call and is freed once, here.
     unsafe { api!(RedisModule_FreeCallReply)(slot) };
+    // SAFETY: `ctx` is valid by the handle rule; the format `c` takes the
+    // one NUL-terminated string passed.
     let nodes = unsafe {
         api!(RedisModule_Call)(ctx, c"CLUSTER".as_ptr(), c"c".as_ptr(), c"NODES".as_ptr())
     };
@@ -206,14 +223,20 @@ pub fn serves_slot_of(ctx: Ctx, key: RString) -> bool {
         return false;
     }
     let mut len = 0usize;
+    // SAFETY: `nodes` is live until freed below; a reply that is no string
+    // answers null.
     let ptr = unsafe { api!(RedisModule_CallReplyStringPtr)(nodes, &mut len) };
     let serves = !ptr.is_null() && {
+        // SAFETY: Redis gave `len` bytes at `ptr`, inside `nodes`, which is
+        // freed only after this block.
         let text = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
         let text = String::from_utf8_lossy(text);
         text.lines()
             .find(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("myself")))
             .is_some_and(|myself| slot_served(myself, slot_number))
     };
+    // SAFETY: `nodes` came from RedisModule_Call and is freed once, here;
+    // `serves` borrows nothing from it.
     unsafe { api!(RedisModule_FreeCallReply)(nodes) };
     serves
 }

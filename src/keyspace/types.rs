@@ -80,13 +80,17 @@ pub static RESOURCE_TYPE: RedisType = RedisType::new(
     },
 );
 
-impl ModuleValue for Lease {
+// SAFETY: `lease-key` values are made only as `Box<Lease>` (`Key::set`,
+// `lease_rdb_load`; copies are refused) and freed as one (`lease_free`).
+unsafe impl ModuleValue for Lease {
     fn module_type() -> *mut raw::RedisModuleType {
         lease_type()
     }
 }
 
-impl ModuleValue for Resource {
+// SAFETY: `fence-rec` values are made only as `Box<Resource>` (`Key::set`,
+// `resource_rdb_load`, `resource_copy`) and freed as one (`resource_free`).
+unsafe impl ModuleValue for Resource {
     fn module_type() -> *mut raw::RedisModuleType {
         resource_type()
     }
@@ -129,9 +133,11 @@ pub fn store_resource(key: &mut Key, resource: Resource) -> &mut Resource {
 /// Notes the name of the key an RDB load, a full sync or a `RESTORE` is
 /// reading (see `state::note_name`).
 fn note_loaded_name(rdb: *mut raw::RedisModuleIO) {
+    // SAFETY: `rdb` is the IO handle Redis passed the running load callback
+    // (the handle rule); the name is null where the load has none.
     let name = unsafe { api!(RedisModule_GetKeyNameFromIO)(rdb) };
     if !name.is_null() {
-        state::note_name(rm::bytes(name.cast_mut()));
+        state::note_name(rm::bytes(&name.cast_mut()));
     }
 }
 
@@ -179,9 +185,12 @@ unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int)
 }
 
 /// # Safety
-/// `value` is a `Lease` this module stored.
+/// `rdb` is a valid IO handle open for saving; `value` is null or a `Lease`
+/// this module stored, not being changed during the call.
 unsafe extern "C" fn lease_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    let Some(lease) = value.cast::<Lease>().as_ref() else {
+    // SAFETY: `value` is a Lease this module stored under this type: Redis
+    // hands each type's callbacks only its own values.
+    let Some(lease) = (unsafe { value.cast::<Lease>().as_ref() }) else {
         return;
     };
     // All that could fail comes before the first write. If it fails, the
@@ -192,13 +201,17 @@ unsafe extern "C" fn lease_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_
         || (0, Token::Stored(&[])),
         || lease.persisted_holder(),
     );
-    api!(RedisModule_SaveUnsigned)(rdb, lease.fence());
-    api!(RedisModule_SaveUnsigned)(rdb, deadline);
+    // SAFETY: Redis passes a valid IO handle to rdb_save.
+    unsafe {
+        api!(RedisModule_SaveUnsigned)(rdb, lease.fence());
+        api!(RedisModule_SaveUnsigned)(rdb, deadline);
+    }
     raw::save_slice(rdb, &token);
 }
 
 /// # Safety
-/// `value` is a `Lease` this module stored; `key` is its name.
+/// `aof` is a valid IO handle of an AOF rewrite; `key` is the value's
+/// name; `value` is null or a `Lease` this module stored.
 unsafe extern "C" fn lease_aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -208,44 +221,58 @@ unsafe extern "C" fn lease_aof_rewrite(
         "lease-key AOF rewrite",
         || (),
         || {
-            let Some(lease) = value.cast::<Lease>().as_ref() else {
+            // SAFETY: `value` is a Lease this module stored under this
+            // type: Redis hands each type's callbacks only its own values.
+            let Some(lease) = (unsafe { value.cast::<Lease>().as_ref() }) else {
                 return;
             };
             let (deadline, token) = lease.persisted_holder();
             let mut buf = [0u8; args::STATE_LEN];
             let state = args::apply_state(lease.fence(), deadline, &mut buf);
-            api!(RedisModule_EmitAOF)(
-                aof,
-                c"LEASE.APPLY".as_ptr(),
-                c"sbb".as_ptr(),
-                key,
-                state.as_ptr(),
-                state.len(),
-                token.as_ptr(),
-                token.len(),
-            );
+            // SAFETY: Redis passes a valid IO handle and the key's name to
+            // aof_rewrite; the format `sbb` takes a module string and two
+            // pointer-and-length buffers, live for the call.
+            unsafe {
+                api!(RedisModule_EmitAOF)(
+                    aof,
+                    c"LEASE.APPLY".as_ptr(),
+                    c"sbb".as_ptr(),
+                    key,
+                    state.as_ptr(),
+                    state.len(),
+                    token.as_ptr(),
+                    token.len(),
+                )
+            };
         },
     )
 }
 
 /// # Safety
-/// `value` is a `Lease` this module stored.
+/// `value` is null or a `Lease` this module stored.
 unsafe extern "C" fn lease_mem_usage(value: *const c_void) -> usize {
     let size = std::mem::size_of::<Lease>();
+    // SAFETY: `value` is a Lease this module stored under this type: Redis
+    // hands each type's callbacks only its own values.
+    let lease = unsafe { value.cast::<Lease>().as_ref() };
     rm::guard(
         "lease-key memory usage",
         || size,
-        || size + value.cast::<Lease>().as_ref().map_or(0, Lease::heap_size),
+        || size + lease.map_or(0, Lease::heap_size),
     )
 }
 
 /// # Safety
-/// `value` is a `Lease` this module stored.
+/// `md` is a valid digest handle; `value` is null or a `Lease` this module
+/// stored.
 unsafe extern "C" fn lease_digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    let Some(lease) = value.cast::<Lease>().as_ref() else {
+    // SAFETY: `value` is a Lease this module stored under this type: Redis
+    // hands each type's callbacks only its own values.
+    let Some(lease) = (unsafe { value.cast::<Lease>().as_ref() }) else {
         return;
     };
-    api!(RedisModule_DigestAddLongLong)(md, lease.fence() as i64);
+    // SAFETY: Redis passes a valid digest handle to digest.
+    unsafe { api!(RedisModule_DigestAddLongLong)(md, lease.fence() as i64) };
     // A holder that cannot be read is digested as none: the digest then
     // differs from a replica's, which says so.
     rm::guard(
@@ -253,16 +280,26 @@ unsafe extern "C" fn lease_digest(md: *mut raw::RedisModuleDigest, value: *mut c
         || (),
         || {
             if let Some(h) = lease.holder() {
-                api!(RedisModule_DigestAddLongLong)(md, h.deadline_ms as i64);
-                api!(RedisModule_DigestAddStringBuffer)(md, h.token.as_ptr().cast(), h.token.len());
+                // SAFETY: Redis passes a valid digest handle to digest; the
+                // token's bytes are live for the call, which copies them.
+                unsafe {
+                    api!(RedisModule_DigestAddLongLong)(md, h.deadline_ms as i64);
+                    api!(RedisModule_DigestAddStringBuffer)(
+                        md,
+                        h.token.as_ptr().cast(),
+                        h.token.len(),
+                    );
+                }
             }
         },
     );
-    api!(RedisModule_DigestEndSequence)(md);
+    // SAFETY: Redis passes a valid digest handle to digest.
+    unsafe { api!(RedisModule_DigestEndSequence)(md) };
 }
 
 /// # Safety
-/// `value` is a `Lease` this module stored; Redis frees each value once.
+/// `value` is null or a `Lease` this module stored, which nothing uses
+/// after this call; Redis frees each value once.
 unsafe extern "C" fn lease_free(value: *mut c_void) {
     if value.is_null() {
         return;
@@ -271,7 +308,9 @@ unsafe extern "C" fn lease_free(value: *mut c_void) {
     rm::guard(
         "lease-key free",
         || (),
-        || drop(Box::from_raw(value.cast::<Lease>())),
+        // SAFETY: `value` is a `Box<Lease>` this module stored under this
+        // type (`ModuleValue for Lease`), freed only here, once.
+        || drop(unsafe { Box::from_raw(value.cast::<Lease>()) }),
     );
     state::drop_one(&STATS.lease_keys);
 }
@@ -279,8 +318,8 @@ unsafe extern "C" fn lease_free(value: *mut c_void) {
 /// `COPY` of a lease key is refused (the server answers with an error):
 /// a copy would be a second key held by the same token with the same
 /// fence. A lease belongs to its key name; records copy. Nothing here can
-/// fail.
-unsafe extern "C" fn lease_copy(
+/// fail. Reads none of its arguments, so not `unsafe`.
+extern "C" fn lease_copy(
     _from: *mut raw::RedisModuleString,
     _to: *mut raw::RedisModuleString,
     _value: *const c_void,
@@ -288,14 +327,21 @@ unsafe extern "C" fn lease_copy(
     std::ptr::null_mut()
 }
 
-/// The key's name and database, from an unlink callback's context.
+/// The key's database and name, from an unlink callback's context. The
+/// name's handle, not its bytes: `rm::bytes` then ties them to the caller.
 ///
 /// # Safety
-/// `ctx` is the context Redis passed to the callback.
-unsafe fn unlinked_key<'a>(ctx: *mut raw::RedisModuleKeyOptCtx) -> Option<(i32, &'a [u8])> {
-    let name = api!(RedisModule_GetKeyNameFromOptCtx)(ctx);
-    let db = api!(RedisModule_GetDbIdFromOptCtx)(ctx);
-    (!name.is_null()).then(|| (db, rm::bytes(name.cast_mut())))
+/// `ctx` is the context Redis passed to the running unlink callback.
+unsafe fn unlinked_key(ctx: *mut raw::RedisModuleKeyOptCtx) -> Option<(i32, rm::RString)> {
+    // SAFETY: `ctx` is the running unlink callback's (the caller's
+    // promise); both calls only read it.
+    let (name, db) = unsafe {
+        (
+            api!(RedisModule_GetKeyNameFromOptCtx)(ctx),
+            api!(RedisModule_GetDbIdFromOptCtx)(ctx),
+        )
+    };
+    (!name.is_null()).then(|| (db, name.cast_mut()))
 }
 
 /// A lease leaves the keyspace (`DEL`, an overwrite, `RENAME` away,
@@ -306,16 +352,22 @@ unsafe fn unlinked_key<'a>(ctx: *mut raw::RedisModuleKeyOptCtx) -> Option<(i32, 
 /// `eviction.rs` in case this removal is an eviction.
 ///
 /// # Safety
-/// `value` is a `Lease` this module stored.
+/// `ctx` is a valid key context; `value` is null or a `Lease` this module
+/// stored.
 unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     rm::guard(
         "lease-key unlink",
         || (),
         || {
-            let Some((db, key)) = unlinked_key(ctx) else {
+            // SAFETY: `ctx` is the context Redis passed this unlink callback.
+            let Some((db, name)) = (unsafe { unlinked_key(ctx) }) else {
                 return;
             };
-            let Some(lease) = value.cast::<Lease>().as_ref() else {
+            let key = rm::bytes(&name);
+            // SAFETY: `value` is a Lease this module stored under this type:
+            // Redis hands each type's callbacks only its own values, and
+            // no Key of the module holds it open while it is unlinked.
+            let Some(lease) = (unsafe { value.cast::<Lease>().as_ref() }) else {
                 return;
             };
             if let (Some(at), true) = (lease.index_mark(), state::is_primary()) {
@@ -334,14 +386,20 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
 }
 
 /// # Safety
-/// `value` is a `Resource` this module stored.
+/// `ctx` is a valid key context; `value` is null or a `Resource` this
+/// module stored.
 unsafe extern "C" fn resource_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     rm::guard(
         "fence-rec unlink",
         || (),
         || {
-            if let Some((db, key)) = unlinked_key(ctx) {
-                let record = value.cast::<Resource>().as_ref();
+            // SAFETY: `ctx` is the context Redis passed this unlink callback.
+            if let Some((db, name)) = unsafe { unlinked_key(ctx) } {
+                let key = rm::bytes(&name);
+                // SAFETY: `value` is a Resource this module stored under
+                // this type: Redis hands each type's callbacks only its own
+                // values, and no Key of the module holds it open meanwhile.
+                let record = unsafe { value.cast::<Resource>().as_ref() };
                 if let Some(r) = record {
                     removals::note_removed(db, key, Floor::Record(r.highest()));
                 }
@@ -376,7 +434,8 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     // Read before the write; 0 if that failed (the clock floor then keeps
     // the next fences rising).
     let last = rm::guard("fence sequence save", || 0, || state::fences().last());
-    api!(RedisModule_SaveUnsigned)(rdb, last);
+    // SAFETY: Redis passes a valid IO handle to aux_save.
+    unsafe { api!(RedisModule_SaveUnsigned)(rdb, last) };
 }
 
 /// # Safety
@@ -397,53 +456,71 @@ unsafe extern "C" fn resource_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_i
 }
 
 /// # Safety
-/// `value` is a `Resource` this module stored.
+/// `rdb` is a valid IO handle open for saving; `value` is null or a
+/// `Resource` this module stored.
 unsafe extern "C" fn resource_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    if let Some(r) = value.cast::<Resource>().as_ref() {
+    // SAFETY: `value` is a Resource this module stored under this type:
+    // Redis hands each type's callbacks only its own values.
+    if let Some(r) = unsafe { value.cast::<Resource>().as_ref() } {
         // Read before the write. Were the read to fail, the highest fence
         // there is is saved: a whole value, on the side that refuses stale
         // writes.
         let highest = rm::guard("fence-rec save", || FENCE_LIMIT - 1, || r.highest());
-        api!(RedisModule_SaveUnsigned)(rdb, highest);
+        // SAFETY: Redis passes a valid IO handle to rdb_save.
+        unsafe { api!(RedisModule_SaveUnsigned)(rdb, highest) };
     }
 }
 
 /// # Safety
-/// `value` is a `Resource` this module stored; `key` is its name.
+/// `aof` is a valid IO handle of an AOF rewrite; `key` is the value's
+/// name; `value` is null or a `Resource` this module stored.
 unsafe extern "C" fn resource_aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    if let Some(r) = value.cast::<Resource>().as_ref() {
+    // SAFETY: `value` is a Resource this module stored under this type:
+    // Redis hands each type's callbacks only its own values.
+    if let Some(r) = unsafe { value.cast::<Resource>().as_ref() } {
         let highest = rm::guard("fence-rec AOF rewrite", || FENCE_LIMIT - 1, || r.highest());
-        api!(RedisModule_EmitAOF)(
-            aof,
-            c"LEASE.FENCE".as_ptr(),
-            c"sl".as_ptr(),
-            key,
-            highest as i64,
-        );
+        // SAFETY: Redis passes a valid IO handle and the key's name to
+        // aof_rewrite; the format `sl` takes a module string and an i64.
+        unsafe {
+            api!(RedisModule_EmitAOF)(
+                aof,
+                c"LEASE.FENCE".as_ptr(),
+                c"sl".as_ptr(),
+                key,
+                highest as i64,
+            )
+        };
     }
 }
 
-/// A fixed size: nothing to read, nothing that can fail.
-unsafe extern "C" fn resource_mem_usage(_value: *const c_void) -> usize {
+/// A fixed size: nothing to read, nothing that can fail (so not `unsafe`).
+extern "C" fn resource_mem_usage(_value: *const c_void) -> usize {
     std::mem::size_of::<Resource>()
 }
 
 /// # Safety
-/// `value` is a `Resource` this module stored.
+/// `md` is a valid digest handle; `value` is null or a `Resource` this
+/// module stored.
 unsafe extern "C" fn resource_digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    if let Some(r) = value.cast::<Resource>().as_ref() {
+    // SAFETY: `value` is a Resource this module stored under this type:
+    // Redis hands each type's callbacks only its own values.
+    if let Some(r) = unsafe { value.cast::<Resource>().as_ref() } {
         let highest = rm::guard("fence-rec digest", || 0, || r.highest());
-        api!(RedisModule_DigestAddLongLong)(md, highest as i64);
-        api!(RedisModule_DigestEndSequence)(md);
+        // SAFETY: Redis passes a valid digest handle to digest.
+        unsafe {
+            api!(RedisModule_DigestAddLongLong)(md, highest as i64);
+            api!(RedisModule_DigestEndSequence)(md);
+        }
     }
 }
 
 /// # Safety
-/// `value` is a `Resource` this module stored; Redis frees each value once.
+/// `value` is null or a `Resource` this module stored, which nothing uses
+/// after this call; Redis frees each value once.
 unsafe extern "C" fn resource_free(value: *mut c_void) {
     if value.is_null() {
         return;
@@ -451,26 +528,29 @@ unsafe extern "C" fn resource_free(value: *mut c_void) {
     rm::guard(
         "fence-rec free",
         || (),
-        || drop(Box::from_raw(value.cast::<Resource>())),
+        // SAFETY: `value` is a `Box<Resource>` this module stored under this
+        // type (`ModuleValue for Resource`), freed only here, once.
+        || drop(unsafe { Box::from_raw(value.cast::<Resource>()) }),
     );
     state::drop_one(&STATS.resource_keys);
 }
 
 /// # Safety
-/// `value` is a `Resource` this module stored.
+/// `value` is null or a `Resource` this module stored.
 unsafe extern "C" fn resource_copy(
     _from: *mut raw::RedisModuleString,
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
+    // SAFETY: `value` is a Resource this module stored under this type:
+    // Redis hands each type's callbacks only its own values.
+    let source = unsafe { value.cast::<Resource>().as_ref() };
     // A copy that cannot be made refuses the COPY (null).
-    rm::guard("fence-rec copy", std::ptr::null_mut, || {
-        match value.cast::<Resource>().as_ref() {
-            Some(r) => {
-                state::bump(&STATS.resource_keys);
-                Box::into_raw(Box::new(*r)).cast()
-            }
-            None => std::ptr::null_mut(),
+    rm::guard("fence-rec copy", std::ptr::null_mut, || match source {
+        Some(r) => {
+            state::bump(&STATS.resource_keys);
+            Box::into_raw(Box::new(*r)).cast()
         }
+        None => std::ptr::null_mut(),
     })
 }

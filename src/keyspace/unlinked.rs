@@ -42,6 +42,9 @@ static KEY_EVENTS: AtomicBool = AtomicBool::new(false);
 const UNLINK_WINDOW_US: u64 = 1_000_000;
 
 fn monotonic_us() -> u64 {
+    // SAFETY: a read of the API table after RedisModule_Init wrote it (see
+    // `api!`), `None` where the server lacks the function; `f` takes no
+    // argument.
     unsafe { raw::RedisModule_MonotonicMicroseconds }.map_or(0, |f| unsafe { f() })
 }
 
@@ -109,6 +112,9 @@ pub fn note_unlinked(db: i32, key: &[u8], copy: Option<impl FnOnce() -> Saved>) 
 /// Memory used over `maxmemory`, as the server counts it for eviction (a
 /// ratio of 1 or more; 0 without a limit).
 fn over_maxmemory() -> bool {
+    // SAFETY: a read of the API table after RedisModule_Init wrote it (see
+    // `api!`), `None` where the server lacks the function; `f` takes no
+    // argument.
     unsafe { raw::RedisModule_GetUsedMemoryRatio }.is_some_and(|f| unsafe { f() } >= 1.0)
 }
 

@@ -46,8 +46,11 @@ fn pack(deadline_ms: u64, key: &[u8]) -> Option<u64> {
 /// allocation.
 pub struct ThinKey(NonNull<u8>);
 
-// The allocation is owned, immutable and never shared.
+// SAFETY: a ThinKey owns its allocation alone (as a `Box<[u8]>` would),
+// never writes it after `new` and frees it in `drop`: moving it to another
+// thread moves that ownership.
 unsafe impl Send for ThinKey {}
+// SAFETY: shared, it is only read (`bytes`, `layout`), never written.
 unsafe impl Sync for ThinKey {}
 
 const LONG_NAME: u8 = u8::MAX;
@@ -77,17 +80,24 @@ impl ThinKey {
     /// The prefix's size and the name's length, read from the prefix `new`
     /// wrote at the start of the allocation.
     fn layout(&self) -> (usize, usize) {
+        // SAFETY: `self.0` points at the allocation `new` made, at least one
+        // byte (the prefix), initialized and alive until `drop`.
         let first = unsafe { *self.0.as_ptr() };
         if first != LONG_NAME {
             return (1, usize::from(first));
         }
         let mut len = [0u8; 4];
+        // SAFETY: a LONG_NAME marker is followed by the four length bytes
+        // `new` wrote, inside the allocation; `len` is a separate local.
         unsafe { std::ptr::copy_nonoverlapping(self.0.as_ptr().add(1), len.as_mut_ptr(), 4) };
         (LONG_PREFIX, u32::from_le_bytes(len) as usize)
     }
 
     pub fn bytes(&self) -> &[u8] {
         let (prefix, len) = self.layout();
+        // SAFETY: `new` wrote the `len` name bytes right after the `prefix`
+        // bytes, in one allocation of `prefix + len` bytes that lives, unchanged,
+        // until `drop`, which the borrow of `self` keeps away.
         unsafe { std::slice::from_raw_parts(self.0.as_ptr().add(prefix), len) }
     }
 }
@@ -97,6 +107,8 @@ impl Drop for ThinKey {
         let (prefix, len) = self.layout();
         let whole = std::ptr::slice_from_raw_parts_mut(self.0.as_ptr(), prefix + len);
         // Rebuilds the box `new` leaked, with its original length.
+        // SAFETY: `whole` is exactly the `Box<[u8]>` `new` turned into a raw
+        // pointer (same address and length), freed only here, once.
         unsafe { drop(Box::from_raw(whole)) };
     }
 }

@@ -293,7 +293,9 @@ impl Default for Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.token_on_heap() {
-            // The length says the buffer variant is the one written.
+            // SAFETY: the kind and length say the buffer variant is the one
+            // written (`set_holder` writes them together), and this drop is
+            // its last use.
             unsafe { std::mem::ManuallyDrop::drop(&mut self.token.heap) };
         }
     }
@@ -358,7 +360,9 @@ impl Lease {
     }
 
     fn token(&self) -> Token<'_> {
-        // The kind and length say which variant was written last.
+        // SAFETY: the kind and length say which variant was written last
+        // (`set_holder` writes them together): the buffer for a raw token
+        // on the heap, the inline bytes otherwise.
         unsafe {
             match self.token_kind() {
                 RAW if self.token_on_heap() => Token::Stored(&self.token.heap),
@@ -394,6 +398,8 @@ impl Lease {
             (&token[..token.len().min(MAX_TOKEN_LEN)], deadline_ms)
         };
         if self.token_on_heap() {
+            // SAFETY: the kind and length say the buffer variant is the one
+            // written, and it is overwritten below without being read again.
             unsafe { std::mem::ManuallyDrop::drop(&mut self.token.heap) };
         }
         let kind = match compact(token) {
@@ -446,8 +452,9 @@ impl Lease {
             kind => match compact(token) {
                 // Both kinds are lowercase-only, so equal bytes and kind mean
                 // an equal token.
-                // ok: a compact kind says the inline variant was written.
                 Some((k, bytes)) if k == kind => {
+                    // SAFETY: a compact kind says the inline variant was
+                    // written.
                     tokens_equal(&bytes, unsafe { &self.token.inline })
                 }
                 _ => false,
