@@ -58,56 +58,92 @@ pub(super) fn command(
     argv: *mut RString,
     argc: c_int,
     body: fn(Ctx, &[RString]) -> c_int,
-    secret: fn(&[RString], &mut dyn FnMut(usize)),
+    secret: fn(&[RString], &mut Redactions),
 ) -> c_int {
     rm::guard(
         name,
         || rm::reply_error(ctx, error::INTERNAL),
         || {
-            // SAFETY: `argv` and `argc` are what Redis passed the command
-            // `command` runs for, and the slice ends with this closure:
-            // `body` and `secret` cannot keep it (their signatures).
-            let args = unsafe { rm::args(argv, argc) };
-            let status = body(ctx, args);
-            secret(args, &mut |pos| rm::redact(ctx, pos));
+            let mut redactions = Redactions::default();
+            let status = {
+                // SAFETY: `argv` and `argc` are what Redis passed the command
+                // `command` runs for, and the slice ends with this block:
+                // `body` and `secret` cannot keep it (their signatures).
+                let args = unsafe { rm::args(argv, argc) };
+                let status = body(ctx, args);
+                secret(args, &mut redactions);
+                status
+            };
+            // A redaction replaces the server's argument in place: done
+            // once no slice of the arguments is borrowed.
+            redactions.apply(|pos| rm::redact(ctx, pos));
             status
         },
     )
 }
 
-pub(super) fn no_secret(_: &[RString], _: &mut dyn FnMut(usize)) {}
+/// Argument positions to redact, gathered while the arguments are borrowed.
+/// A few fit inline (one token, the usual case, allocates nothing).
+#[derive(Default)]
+pub(super) struct Redactions {
+    few: [usize; 4],
+    len: usize,
+    more: Vec<usize>,
+}
+
+impl Redactions {
+    pub(super) fn push(&mut self, pos: usize) {
+        match self.few.get_mut(self.len) {
+            Some(slot) => {
+                *slot = pos;
+                self.len += 1;
+            }
+            None => self.more.push(pos),
+        }
+    }
+
+    fn apply(self, mut redact: impl FnMut(usize)) {
+        self.few
+            .iter()
+            .take(self.len)
+            .chain(self.more.iter())
+            .for_each(|&pos| redact(pos));
+    }
+}
+
+pub(super) fn no_secret(_: &[RString], _: &mut Redactions) {}
 
 /// RENEW and RELEASE: `key token ...`.
-pub(super) fn second_argument(args: &[RString], redact: &mut dyn FnMut(usize)) {
+pub(super) fn second_argument(args: &[RString], redactions: &mut Redactions) {
     if args.len() > 2 {
-        redact(2);
+        redactions.push(2);
     }
 }
 
 /// ACQUIRE: every argument after a `TOKEN`, also in a call refused for
 /// its syntax.
-pub(super) fn token_option(args: &[RString], redact: &mut dyn FnMut(usize)) {
+pub(super) fn token_option(args: &[RString], redactions: &mut Redactions) {
     (3..args.len().saturating_sub(1))
         .filter(|&i| rm::bytes(&args[i]).eq_ignore_ascii_case(b"TOKEN"))
-        .for_each(|i| redact(i + 1));
+        .for_each(|i| redactions.push(i + 1));
 }
 
 /// FENCE: a nested LEASE command (refused) may carry a token anywhere.
-pub(super) fn nested_lease_command(args: &[RString], redact: &mut dyn FnMut(usize)) {
+pub(super) fn nested_lease_command(args: &[RString], redactions: &mut Redactions) {
     let nested = args.get(3).is_some_and(|c| {
         let name = rm::bytes(c);
         name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.")
     });
     if nested {
-        (4..args.len()).for_each(redact);
+        (4..args.len()).for_each(|pos| redactions.push(pos));
     }
 }
 
 /// APPLY: the token is the last argument (`key fence:deadline token`, or
 /// `key fence deadline token` as earlier versions wrote it).
-pub(super) fn last_argument(args: &[RString], redact: &mut dyn FnMut(usize)) {
+pub(super) fn last_argument(args: &[RString], redactions: &mut Redactions) {
     if args.len() > 3 {
-        redact(args.len() - 1);
+        redactions.push(args.len() - 1);
     }
 }
 
