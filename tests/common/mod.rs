@@ -13,6 +13,7 @@
 
 use std::fmt;
 use std::fs::{self, File};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -187,15 +188,75 @@ fn target_dir() -> PathBuf {
     }
 }
 
-/// The module, freshly built: the first call in a test process runs
-/// `cargo build --release --lib` (a no-op when nothing changed), so a test never loads a
-/// `.so` older than the sources. Panics with cargo's output when the build fails.
+/// The module, built at most once per test run and never older than its sources.
+///
+/// nextest runs every test in a process of its own: building in each process meant 664
+/// `cargo build --release --lib` a run, each a no-op that still waits for cargo's lock on
+/// the target directory and fingerprints every dependency. So the first process of a
+/// `cargo nextest run` takes an exclusive lock (`flock`) on
+/// `target/redis-lease-module.lock`, builds, and writes the run's id (`NEXTEST_RUN_ID`)
+/// to `target/redis-lease-module.stamp`; every other process of the run waits for the
+/// lock, finds its run's id and does not build. Cargo still decides what a build has to
+/// redo (sources, dependencies, flags): the harness only decides how often it is asked,
+/// and asking once a run (rather than trusting a stamp across runs) keeps cargo the
+/// judge. Outside nextest (`cargo test`, one process per test file; the benches) each
+/// process builds once.
+///
+/// Then, built or not, the `.so` must be newer than every file under `src/` and
+/// `commands/` (build.rs reads it) and than `Cargo.toml` and `build.rs`: a source edited
+/// during the run, or a build that went to another target directory, panics here with
+/// the file that is newer, instead of loading a module that is not the code under test.
+/// Panics with cargo's output when the build fails.
 pub fn module_path() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match BUILT.get_or_init(build_module) {
+    let built = BUILT.get_or_init(|| {
+        let path = build_once_per_run()?;
+        check_fresh(&path)?;
+        Ok(path)
+    });
+    match built {
         Ok(path) => path.clone(),
         Err(message) => panic!("{message}"),
     }
+}
+
+fn module_file() -> PathBuf {
+    target_dir().join("release").join("libredis_lease.so")
+}
+
+/// `build_module` once per `cargo nextest run`, under a lock the run's processes share.
+fn build_once_per_run() -> Result<PathBuf, String> {
+    let run = match std::env::var("NEXTEST_RUN_ID") {
+        Ok(run) if !run.is_empty() => run,
+        _ => return build_module(),
+    };
+    let dir = target_dir();
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let lock_path = dir.join("redis-lease-module.lock");
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+    // Held until `lock` is closed, when this function returns (or the process dies).
+    loop {
+        // SAFETY: `lock` owns the descriptor and outlives the call; flock only reads it.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            break;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(format!("cannot lock {}: {e}", lock_path.display()));
+        }
+    }
+    let stamp = dir.join("redis-lease-module.stamp");
+    if fs::read_to_string(&stamp).is_ok_and(|built_by| built_by == run) {
+        return Ok(module_file());
+    }
+    let path = build_module()?;
+    fs::write(&stamp, &run).map_err(|e| format!("cannot write {}: {e}", stamp.display()))?;
+    Ok(path)
 }
 
 fn build_module() -> Result<PathBuf, String> {
@@ -214,7 +275,7 @@ fn build_module() -> Result<PathBuf, String> {
             String::from_utf8_lossy(&output.stderr)
         ));
     }
-    let path = target_dir().join("release").join("libredis_lease.so");
+    let path = module_file();
     if !path.is_file() {
         return Err(format!(
             "cargo build --release --lib succeeded but {} does not exist",
@@ -222,6 +283,63 @@ fn build_module() -> Result<PathBuf, String> {
         ));
     }
     Ok(path)
+}
+
+/// An error when a file the module is built from is newer than the module.
+fn check_fresh(module: &Path) -> Result<(), String> {
+    let modified = |path: &Path| {
+        fs::metadata(path)
+            .and_then(|m| m.modified())
+            .map_err(|e| format!("cannot read the mtime of {}: {e}", path.display()))
+    };
+    let built = modified(module)?;
+    let repo = repo_dir();
+    let mut inputs = vec![repo.join("Cargo.toml")];
+    if repo.join("build.rs").exists() {
+        inputs.push(repo.join("build.rs"));
+    }
+    let mut dirs = vec![repo.join("src")];
+    if repo.join("commands").is_dir() {
+        dirs.push(repo.join("commands"));
+    }
+    while let Some(dir) = dirs.pop() {
+        let entries =
+            fs::read_dir(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        for entry in entries {
+            let path = entry
+                .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+                .path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                inputs.push(path);
+            }
+        }
+    }
+    for input in inputs {
+        let changed = modified(&input)?;
+        if changed > built {
+            let ago = |t: std::time::SystemTime| {
+                std::time::SystemTime::now()
+                    .duration_since(t)
+                    .map_or("just now".to_string(), |d| {
+                        format!("{:.1} s ago", d.as_secs_f64())
+                    })
+            };
+            return Err(format!(
+                "STALE MODULE: {} (built {}) is older than {} (changed {}): the tests would \
+                 load a module that is not the code under test. Build it with \
+                 `cargo build --release --lib` (scripts/test does) and run the tests again; if \
+                 cargo finds nothing to rebuild (an edit that does not change the library), \
+                 `touch src/lib.rs` first.",
+                module.display(),
+                ago(built),
+                input.display(),
+                ago(changed)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Polls `f` every 10 ms until it returns true; panics naming `what` after `timeout`.
