@@ -8,6 +8,12 @@
 //! The four server flavors come from `scripts/install-deps`; their paths can be
 //! overridden with `LEASE_REDIS7_SERVER`, `LEASE_REDIS8_SERVER`, `LEASE_VALKEY8_SERVER`
 //! and `LEASE_VALKEY9_SERVER`. A missing server fails the test: it is never skipped.
+//!
+//! The module a server loads is built at most once per test run and is never older than
+//! its sources (`module_path`). The submodules hold the one set of helpers every test
+//! file uses: `calls` (commands and their replies), `reply` (reading replies), `lease`
+//! (`LEASE.INFO`, `INFO lease`, DUMP payloads), `rdb` (the module-value encoder, shared
+//! with fuzz/), `waiter` (blocked clients), `errors`, and `cluster`.
 
 #![allow(dead_code)]
 
@@ -18,8 +24,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a server gets to answer PING after it is spawned (AOF/RDB loading included).
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -342,6 +348,22 @@ fn check_fresh(module: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// This machine's clock (which the servers share) in unix milliseconds.
+pub fn now_ms() -> u64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_else(|e| panic!("the clock is before 1970: {e}"));
+    since_epoch.as_millis() as u64
+}
+
+/// Joins a thread, re-raising its panic in the test thread.
+pub fn join<T>(handle: JoinHandle<T>) -> T {
+    match handle.join() {
+        Ok(v) => v,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
 /// Polls `f` every 10 ms until it returns true; panics naming `what` after `timeout`.
 pub fn wait_until<F: FnMut() -> bool>(what: &str, timeout: Duration, mut f: F) {
     let deadline = Instant::now() + timeout;
@@ -459,7 +481,8 @@ fn fresh_dir() -> PathBuf {
     dir
 }
 
-fn free_port() -> u16 {
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to find a free port: {e}"));
     listener
@@ -933,6 +956,36 @@ impl Drop for Server {
     }
 }
 
+/// `replica.replicaof(master)`, then waits until the master streams writes to it.
+/// After a diskless full sync, Redis 7.0 holds the stream back until the replica's first
+/// `REPLCONF ACK` (up to a second later), which offsets alone do not show; tests that
+/// race a lease deadline must not spend that second unknowingly.
+pub fn attach(replica: &Server, master: &Server) {
+    replica.replicaof(master);
+    let mut m = master.client();
+    let mut r = replica.client();
+    reply::assert_ok(
+        calls::call(&mut m, "SET", ("attach:marker", "1")),
+        "SET attach:marker",
+    );
+    wait_until(
+        "the master to stream writes to the new replica",
+        Duration::from_secs(5),
+        || calls::exists(&mut r, "attach:marker"),
+    );
+    assert_eq!(calls::int(calls::call(&mut m, "DEL", "attach:marker")), 1);
+    replica.wait_for_sync(master);
+    assert!(!calls::exists(&mut r, "attach:marker"));
+}
+
+/// A master and a replica attached to it, streaming.
+pub fn master_and_replica(flavor: Flavor) -> (Server, Server) {
+    let master = Server::start(flavor);
+    let replica = Server::start(flavor);
+    attach(&replica, &master);
+    (master, replica)
+}
+
 #[derive(Debug)]
 enum StartError {
     PortTaken,
@@ -948,7 +1001,18 @@ pub fn info_field(info: &str, field: &str) -> Option<String> {
     })
 }
 
-fn repl_offset(server: &Server) -> i64 {
+/// A numeric field of an INFO section.
+pub fn info_number(server: &Server, section: &str, field: &str) -> u64 {
+    let value = server
+        .info_field(section, field)
+        .unwrap_or_else(|| panic!("{} INFO {section} has no {field}", server.flavor));
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("{} INFO {section} {field}:{value}: {e}", server.flavor))
+}
+
+/// `master_repl_offset` of `INFO replication`.
+pub fn repl_offset(server: &Server) -> u64 {
     let value = server
         .info_field("replication", "master_repl_offset")
         .unwrap_or_else(|| {
@@ -966,4 +1030,6 @@ pub mod calls;
 pub mod cluster;
 pub mod errors;
 pub mod lease;
+pub mod rdb;
 pub mod reply;
+pub mod waiter;
