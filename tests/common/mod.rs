@@ -23,7 +23,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -196,17 +196,17 @@ fn target_dir() -> PathBuf {
 
 /// The module, built at most once per test run and never older than its sources.
 ///
-/// nextest runs every test in a process of its own: building in each process meant 664
-/// `cargo build --release --lib` a run, each a no-op that still waits for cargo's lock on
-/// the target directory and fingerprints every dependency. So the first process of a
+/// nextest runs every test in a process of its own: building in each process meant one
+/// `cargo build --release --lib` per test, hundreds a run, each a no-op that still waits
+/// for cargo's lock on the target directory and fingerprints every dependency. So the first process of a
 /// `cargo nextest run` takes an exclusive lock (`flock`) on
-/// `target/redis-lease-module.lock`, builds, and writes the run's id (`NEXTEST_RUN_ID`)
-/// to `target/redis-lease-module.stamp`; every other process of the run waits for the
-/// lock, finds its run's id and does not build. Cargo still decides what a build has to
-/// redo (sources, dependencies, flags): the harness only decides how often it is asked,
-/// and asking once a run (rather than trusting a stamp across runs) keeps cargo the
-/// judge. Outside nextest (`cargo test`, one process per test file; the benches) each
-/// process builds once.
+/// `redis-lease-module.lock` in the build's target directory, builds, and writes the
+/// run's id (`NEXTEST_RUN_ID`) to `redis-lease-module.stamp` there; every other process
+/// of the run waits for the lock, finds its run's id and does not build. Cargo still
+/// decides what a build has to redo (sources, dependencies, flags): the harness only
+/// decides how often it is asked, and asking once a run (rather than trusting a stamp
+/// across runs) keeps cargo the judge. Outside nextest (`cargo test`, one process per
+/// test file; the benches) each process builds once.
 ///
 /// Then, built or not, the `.so` must be newer than every file under `src/` and
 /// `commands/` (build.rs reads it) and than `Cargo.toml` and `build.rs`: a source edited
@@ -215,80 +215,130 @@ fn target_dir() -> PathBuf {
 /// Panics with cargo's output when the build fails.
 pub fn module_path() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let path = build_once_per_run()?;
-        check_fresh(&path)?;
-        Ok(path)
-    });
+    let built = BUILT.get_or_init(|| ModuleBuild::release().built());
     match built {
         Ok(path) => path.clone(),
         Err(message) => panic!("{message}"),
     }
 }
 
-fn module_file() -> PathBuf {
-    target_dir().join("release").join("libredis_lease.so")
-}
-
-/// `build_module` once per `cargo nextest run`, under a lock the run's processes share.
-fn build_once_per_run() -> Result<PathBuf, String> {
-    let run = match std::env::var("NEXTEST_RUN_ID") {
-        Ok(run) if !run.is_empty() => run,
-        _ => return build_module(),
+/// The module built in debug with `--features <features>`, in `target/<dir>`: a target
+/// directory of its own, so the release module the other tests load is left alone.
+/// Built once per run and checked as `module_path`'s is.
+pub fn debug_module_path(dir: &str, features: &str) -> PathBuf {
+    /// (target dir, features) and what building it gave.
+    type Built = ((String, String), Result<PathBuf, String>);
+    static BUILT: Mutex<Vec<Built>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (dir.to_string(), features.to_string());
+    let result = match built.iter().find(|(k, _)| *k == key) {
+        Some((_, result)) => result.clone(),
+        None => {
+            let result = ModuleBuild::debug(dir, features).built();
+            built.push((key, result.clone()));
+            result
+        }
     };
-    let dir = target_dir();
-    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let lock_path = dir.join("redis-lease-module.lock");
-    let lock = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
-    // Held until `lock` is closed, when this function returns (or the process dies).
-    loop {
-        // SAFETY: `lock` owns the descriptor and outlives the call; flock only reads it.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            break;
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(format!("cannot lock {}: {e}", lock_path.display()));
-        }
-    }
-    let stamp = dir.join("redis-lease-module.stamp");
-    if fs::read_to_string(&stamp).is_ok_and(|built_by| built_by == run) {
-        return Ok(module_file());
-    }
-    let path = build_module()?;
-    fs::write(&stamp, &run).map_err(|e| format!("cannot write {}: {e}", stamp.display()))?;
-    Ok(path)
+    result.unwrap_or_else(|message| panic!("{message}"))
 }
 
-fn build_module() -> Result<PathBuf, String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(&cargo)
-        .args(["build", "--release", "--lib"])
-        .current_dir(repo_dir())
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", Path::new(&cargo).display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "cargo build --release --lib failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        ));
+/// One way of building the module: cargo's arguments and where the `.so` lands.
+struct ModuleBuild {
+    args: Vec<String>,
+    target: PathBuf,
+    file: PathBuf,
+}
+
+impl ModuleBuild {
+    /// `cargo build --release --lib`, the module every server loads by default.
+    fn release() -> ModuleBuild {
+        let target = target_dir();
+        ModuleBuild {
+            args: ["build", "--release", "--lib"].map(String::from).to_vec(),
+            file: target.join("release").join("libredis_lease.so"),
+            target,
+        }
     }
-    let path = module_file();
-    if !path.is_file() {
-        return Err(format!(
-            "cargo build --release --lib succeeded but {} does not exist",
-            path.display()
-        ));
+
+    fn debug(dir: &str, features: &str) -> ModuleBuild {
+        let target = target_dir().join(dir);
+        let mut args: Vec<String> = ["build", "--lib", "--features", features, "--target-dir"]
+            .map(String::from)
+            .to_vec();
+        args.push(target.to_string_lossy().into_owned());
+        ModuleBuild {
+            args,
+            file: target.join("debug").join("libredis_lease.so"),
+            target,
+        }
     }
-    Ok(path)
+
+    /// The `.so`, built once per run and no older than its sources.
+    fn built(&self) -> Result<PathBuf, String> {
+        self.build_once_per_run()?;
+        check_fresh(&self.file)?;
+        Ok(self.file.clone())
+    }
+
+    /// `build` once per `cargo nextest run`, under a lock the run's processes share.
+    fn build_once_per_run(&self) -> Result<(), String> {
+        let run = match std::env::var("NEXTEST_RUN_ID") {
+            Ok(run) if !run.is_empty() => run,
+            _ => return self.build(),
+        };
+        let dir = &self.target;
+        fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let lock_path = dir.join("redis-lease-module.lock");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+        // Held until `lock` is closed, when this function returns (or the process dies).
+        loop {
+            // SAFETY: `lock` owns the descriptor and outlives the call; flock only reads it.
+            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(format!("cannot lock {}: {e}", lock_path.display()));
+            }
+        }
+        let stamp = dir.join("redis-lease-module.stamp");
+        if fs::read_to_string(&stamp).is_ok_and(|built_by| built_by == run) {
+            return Ok(());
+        }
+        self.build()?;
+        fs::write(&stamp, &run).map_err(|e| format!("cannot write {}: {e}", stamp.display()))
+    }
+
+    fn build(&self) -> Result<(), String> {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let command = format!("cargo {}", self.args.join(" "));
+        let output = Command::new(&cargo)
+            .args(&self.args)
+            .current_dir(repo_dir())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", Path::new(&cargo).display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "{command} failed ({}):\n{}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        if !self.file.is_file() {
+            return Err(format!(
+                "{command} succeeded but {} does not exist",
+                self.file.display()
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// An error when a file the module is built from is newer than the module.
