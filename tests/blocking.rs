@@ -9,12 +9,15 @@
 
 mod common;
 
-use std::io::Write;
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use common::calls::{acquire_cmd, client_id, digest, release, take};
+use common::lease::{lease_info, lease_stat, parse_info, wait_for_waiters, waiters};
+use common::reply::grant;
+use common::waiter::raw_blocked_acquire;
 use common::*;
 use redis::Value;
 
@@ -28,12 +31,12 @@ const WAITER_TIMEOUT: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Reply {
-    Granted { token: String, fence: i64 },
+    Granted { token: String, fence: u64 },
     Nil,
 }
 
 impl Reply {
-    fn fence(&self) -> i64 {
+    fn fence(&self) -> u64 {
         match self {
             Reply::Granted { fence, .. } => *fence,
             Reply::Nil => panic!("expected a grant, got nil"),
@@ -53,30 +56,13 @@ impl Reply {
 }
 
 fn to_reply(value: Value) -> Reply {
-    match value {
-        Value::Nil => Reply::Nil,
-        Value::Array(items) => match items.as_slice() {
-            [Value::BulkString(token), Value::Int(fence)] => Reply::Granted {
-                token: String::from_utf8(token.clone())
-                    .unwrap_or_else(|e| panic!("token is not UTF-8: {e}")),
-                fence: *fence,
-            },
-            _ => panic!("LEASE.ACQUIRE replied an unexpected array: {items:?}"),
+    match grant(value, "LEASE.ACQUIRE") {
+        None => Reply::Nil,
+        Some((token, fence)) => Reply::Granted {
+            token: String::from_utf8(token).unwrap_or_else(|e| panic!("token is not UTF-8: {e}")),
+            fence,
         },
-        other => panic!("LEASE.ACQUIRE replied {other:?}"),
     }
-}
-
-fn acquire_cmd(key: &str, ttl: u64, token: Option<&str>, block: Option<u64>) -> redis::Cmd {
-    let mut cmd = redis::cmd("LEASE.ACQUIRE");
-    cmd.arg(key).arg(ttl);
-    if let Some(token) = token {
-        cmd.arg("TOKEN").arg(token);
-    }
-    if let Some(block) = block {
-        cmd.arg("BLOCK").arg(block);
-    }
-    cmd
 }
 
 fn acquire(con: &mut redis::Connection, key: &str, ttl: u64, token: Option<&str>) -> Reply {
@@ -88,95 +74,10 @@ fn acquire(con: &mut redis::Connection, key: &str, ttl: u64, token: Option<&str>
 
 /// Takes a free lease; panics unless it is granted to `token`.
 fn hold(con: &mut redis::Connection, key: &str, ttl: u64, token: &str) -> Reply {
-    let reply = acquire(con, key, ttl, Some(token));
-    match &reply {
-        Reply::Granted { token: got, .. } if got == token => reply,
-        other => panic!("LEASE.ACQUIRE {key} {ttl} TOKEN {token} on a free key replied {other:?}"),
+    Reply::Granted {
+        token: token.to_string(),
+        fence: take(con, key, ttl, token),
     }
-}
-
-fn release(con: &mut redis::Connection, key: &str, token: &str) -> i64 {
-    redis::cmd("LEASE.RELEASE")
-        .arg(key)
-        .arg(token)
-        .query(con)
-        .unwrap_or_else(|e| panic!("LEASE.RELEASE {key} {token} failed: {e}"))
-}
-
-#[derive(Debug)]
-struct Info {
-    state: String,
-    ttl: i64,
-    fence: i64,
-    waiters: i64,
-}
-
-/// `LEASE.INFO key` over RESP2 (a flat array), or None for a missing key.
-fn lease_info(con: &mut redis::Connection, key: &str) -> Option<Info> {
-    let value: Value = redis::cmd("LEASE.INFO")
-        .arg(key)
-        .query(con)
-        .unwrap_or_else(|e| panic!("LEASE.INFO {key} failed: {e}"));
-    parse_info(value, key)
-}
-
-fn parse_info(value: Value, key: &str) -> Option<Info> {
-    let items = match value {
-        Value::Nil => return None,
-        Value::Array(items) => items,
-        other => panic!("LEASE.INFO {key} replied {other:?}"),
-    };
-    let mut info = Info {
-        state: String::new(),
-        ttl: i64::MIN,
-        fence: i64::MIN,
-        waiters: i64::MIN,
-    };
-    for pair in items.chunks(2) {
-        match pair {
-            [Value::BulkString(name), Value::BulkString(v)] if name == b"state" => {
-                info.state = String::from_utf8_lossy(v).into_owned()
-            }
-            [Value::BulkString(name), Value::Int(v)] if name == b"ttl" => info.ttl = *v,
-            [Value::BulkString(name), Value::Int(v)] if name == b"fence" => info.fence = *v,
-            [Value::BulkString(name), Value::Int(v)] if name == b"waiters" => info.waiters = *v,
-            other => panic!("unexpected LEASE.INFO field {other:?}"),
-        }
-    }
-    assert!(
-        !info.state.is_empty() && info.ttl != i64::MIN && info.fence != i64::MIN,
-        "LEASE.INFO {key} misses a field: {info:?}"
-    );
-    assert_ne!(info.waiters, i64::MIN, "LEASE.INFO {key} has no waiters");
-    Some(info)
-}
-
-fn waiters(con: &mut redis::Connection, key: &str) -> i64 {
-    lease_info(con, key).map_or(0, |i| i.waiters)
-}
-
-fn wait_for_waiters(con: &mut redis::Connection, key: &str, n: i64) {
-    wait_until(
-        &format!("LEASE.INFO {key} waiters = {n}"),
-        WAITER_TIMEOUT,
-        || waiters(con, key) == n,
-    );
-}
-
-fn info_counter(server: &Server, field: &str) -> i64 {
-    let value = server
-        .info_field("lease", field)
-        .unwrap_or_else(|| panic!("INFO lease has no {field}"));
-    value
-        .parse()
-        .unwrap_or_else(|e| panic!("INFO lease {field} = {value:?}: {e}"))
-}
-
-fn client_id(con: &mut redis::Connection) -> i64 {
-    redis::cmd("CLIENT")
-        .arg("ID")
-        .query(con)
-        .unwrap_or_else(|e| panic!("CLIENT ID failed: {e}"))
 }
 
 /// The server is alive and its log shows no module panic or internal error.
@@ -192,14 +93,6 @@ fn assert_server_healthy(server: &Server) {
         "the server log reports a panic or an internal error:\n{}",
         server.log()
     );
-}
-
-/// Re-raises a thread's panic in the test thread.
-fn join<T>(handle: JoinHandle<T>) -> T {
-    match handle.join() {
-        Ok(v) => v,
-        Err(panic) => std::panic::resume_unwind(panic),
-    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -304,22 +197,6 @@ fn join_waiters(waiters: Vec<Waiter>) {
     }
 }
 
-/// Sends a blocking LEASE.ACQUIRE on a bare socket that the test can shut down while
-/// the server holds the client blocked.
-fn raw_blocked_acquire(server: &Server, key: &str, token: &str) -> TcpStream {
-    let mut stream = TcpStream::connect(("127.0.0.1", server.port))
-        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.flavor));
-    let args = ["LEASE.ACQUIRE", key, "10000", "TOKEN", token, "BLOCK", "0"];
-    let mut packet = format!("*{}\r\n", args.len());
-    for arg in args {
-        packet.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream
-        .write_all(packet.as_bytes())
-        .unwrap_or_else(|e| panic!("cannot send on a raw socket: {e}"));
-    stream
-}
-
 // ---------------------------------------------------------------------------------
 // 1. Handoff on release
 
@@ -329,7 +206,7 @@ for_each_server!(release_hands_the_lease_to_the_waiter, |flavor| {
     let (tx, rx) = mpsc::channel();
 
     let held = hold(&mut con, "k", 10_000, "a");
-    let before = info_counter(&server, "lease_grants_to_waiters");
+    let before = lease_stat(&server, "grants_to_waiters");
     // No TOKEN: the waiter gets a generated one with its grant.
     let w = spawn_waiter(
         &server,
@@ -366,7 +243,7 @@ for_each_server!(release_hands_the_lease_to_the_waiter, |flavor| {
     assert_eq!(info.fence, got.reply.fence());
     assert_eq!(info.waiters, 0);
     assert!(info.ttl > 0 && info.ttl <= 10_000, "ttl {}", info.ttl);
-    assert_eq!(info_counter(&server, "lease_grants_to_waiters"), before + 1);
+    assert_eq!(lease_stat(&server, "grants_to_waiters"), before + 1);
     // The waiter's token is the capability to release.
     assert_eq!(release(&mut c, "k", &token), 1);
     join_waiters(vec![w]);
@@ -384,7 +261,7 @@ for_each_server!(waiters_are_served_in_arrival_order, |flavor| {
     let waiters_list: Vec<Waiter> = (0..N)
         .map(|i| block_waiter(&server, &mut con, "k", i, 0, i as i64 + 1, &tx))
         .collect();
-    assert_eq!(info_counter(&server, "lease_waiters"), N as i64);
+    assert_eq!(lease_stat(&server, "waiters"), N as u64);
 
     let mut holder = "a".to_string();
     let mut last_fence = held.fence();
@@ -409,7 +286,7 @@ for_each_server!(waiters_are_served_in_arrival_order, |flavor| {
     assert_eq!(release(&mut con, "k", &holder), 1);
     // The last release had no waiter: the key is gone.
     assert!(lease_info(&mut con, "k").is_none());
-    assert_eq!(info_counter(&server, "lease_waiters"), 0);
+    assert_eq!(lease_stat(&server, "waiters"), 0);
     join_waiters(waiters_list);
 });
 
@@ -460,7 +337,7 @@ for_each_server!(fifty_waiters_each_served_once_in_order, |flavor| {
     assert_eq!(tags.len(), N, "a waiter was served twice");
     assert_no_reply(&rx, "after all 50 grants");
     assert_eq!(waiters(&mut con, "k"), 0);
-    assert_eq!(info_counter(&server, "lease_waiters"), 0);
+    assert_eq!(lease_stat(&server, "waiters"), 0);
     // The last waiter released with nobody waiting: the key is gone.
     assert!(lease_info(&mut con, "k").is_none());
     join_waiters(all);
@@ -556,7 +433,7 @@ for_each_server!(
         );
         // The reaper's own re-check entry for the handoff goes at its next tick.
         let give_up = Instant::now() + Duration::from_secs(5);
-        while info_counter(&server, "lease_indexed_deadlines") != 0 {
+        while lease_stat(&server, "indexed_deadlines") != 0 {
             assert!(Instant::now() < give_up, "index entries left behind");
             thread::sleep(Duration::from_millis(20));
         }
@@ -656,7 +533,7 @@ for_each_server!(block_timeout_replies_nil, |flavor| {
     let (tx, rx) = mpsc::channel();
 
     hold(&mut con, "k", 10_000, "a");
-    let timeouts = info_counter(&server, "lease_block_timeouts");
+    let timeouts = lease_stat(&server, "block_timeouts");
     let w = spawn_waiter(
         &server,
         0,
@@ -672,11 +549,11 @@ for_each_server!(block_timeout_replies_nil, |flavor| {
         "BLOCK 100 replied after {waited:?}"
     );
     assert!(waited < Duration::from_secs(2), "BLOCK 100 took {waited:?}");
-    assert_eq!(info_counter(&server, "lease_block_timeouts"), timeouts + 1);
+    assert_eq!(lease_stat(&server, "block_timeouts"), timeouts + 1);
     let info = lease_info(&mut con, "k").expect("lease key");
     assert_eq!(info.waiters, 0);
     assert_eq!(info.state, "held");
-    assert_eq!(info_counter(&server, "lease_waiters"), 0);
+    assert_eq!(lease_stat(&server, "waiters"), 0);
     // The holder is untouched and its release deletes the key (no one waits).
     assert_eq!(release(&mut con, "k", "a"), 1);
     assert!(lease_info(&mut con, "k").is_none());
@@ -713,7 +590,7 @@ for_each_server!(block_does_not_block_in_multi_or_scripts, |flavor| {
     let mut c = server.client();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     hold(&mut con, "k", 60_000, "a");
-    let timeouts = info_counter(&server, "lease_block_timeouts");
+    let timeouts = lease_stat(&server, "block_timeouts");
 
     let start = Instant::now();
     let replies: Vec<Value> = redis::pipe()
@@ -754,9 +631,9 @@ for_each_server!(block_does_not_block_in_multi_or_scripts, |flavor| {
     );
 
     assert_eq!(waiters(&mut con, "k"), 0);
-    assert_eq!(info_counter(&server, "lease_waiters"), 0);
+    assert_eq!(lease_stat(&server, "waiters"), 0);
     // Not blocked, so never timed out either.
-    assert_eq!(info_counter(&server, "lease_block_timeouts"), timeouts);
+    assert_eq!(lease_stat(&server, "block_timeouts"), timeouts);
     // The holder is untouched.
     assert_eq!(release(&mut con, "k", "a"), 1);
 });
@@ -770,8 +647,7 @@ for_each_server!(disconnected_waiter_leaves_the_queue, |flavor| {
 
     let held = hold(&mut con, "k", 60_000, "a");
     // The head of the queue is a bare socket that goes away.
-    let gone = raw_blocked_acquire(&server, "k", "gone");
-    wait_for_waiters(&mut con, "k", 1);
+    let gone = raw_blocked_acquire(&server, "k", "gone", 1);
     let w1 = block_waiter(&server, &mut con, "k", 1, 0, 2, &tx);
     let w2 = block_waiter(&server, &mut con, "k", 2, 0, 3, &tx);
 
@@ -779,7 +655,7 @@ for_each_server!(disconnected_waiter_leaves_the_queue, |flavor| {
         .unwrap_or_else(|e| panic!("cannot shut down the socket: {e}"));
     drop(gone);
     wait_for_waiters(&mut con, "k", 2);
-    assert_eq!(info_counter(&server, "lease_waiters"), 2);
+    assert_eq!(lease_stat(&server, "waiters"), 2);
     assert_no_reply(&rx, "after the disconnect");
 
     assert_eq!(release(&mut con, "k", "a"), 1);
@@ -833,7 +709,7 @@ for_each_server!(client_unblock_replies_nil_and_keeps_the_order, |flavor| {
         holder = format!("w{expected}");
     }
     assert_eq!(release(&mut con, "k", &holder), 1);
-    assert_eq!(info_counter(&server, "lease_waiters"), 0);
+    assert_eq!(lease_stat(&server, "waiters"), 0);
     let tags: Vec<usize> = ws.iter().map(|w| w.tag).collect();
     assert_eq!(tags, vec![0, 1, 2, 3]);
     join_waiters(ws);
@@ -875,14 +751,6 @@ for_each_server!(del_of_a_held_key_serves_the_first_waiter, |flavor| {
 });
 
 // 11. A handoff is replicated
-
-fn digest(server: &Server) -> String {
-    let mut con = server.client();
-    redis::cmd("DEBUG")
-        .arg("DIGEST")
-        .query(&mut con)
-        .unwrap_or_else(|e| panic!("DEBUG DIGEST failed on {}: {e}", server.flavor))
-}
 
 for_each_server!(handoff_is_replicated, |flavor| {
     let master = Server::start(flavor);
@@ -949,7 +817,7 @@ impl Rng {
 #[derive(Clone, Debug)]
 struct Grant {
     key: usize,
-    fence: i64,
+    fence: u64,
     sent: Instant,
     received: Instant,
     client: usize,
@@ -972,17 +840,10 @@ const STRESS_KEYS: usize = 3;
 const STRESS_CLIENTS: usize = 16;
 const STRESS_RUN: Duration = Duration::from_secs(3);
 
-fn unix_ms() -> u64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_else(|e| panic!("the clock is before 1970: {e}"));
-    u64::try_from(now.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// The server's clock when it issued `fence`: fences are `max(last + 1, unix_ms *
 /// 1024)`, and far fewer than 1024 are issued per millisecond here.
-fn fence_ms(fence: i64) -> u64 {
-    u64::try_from(fence >> 10).unwrap_or_else(|_| panic!("negative fence {fence}"))
+fn fence_ms(fence: u64) -> u64 {
+    fence >> 10
 }
 
 fn stress_client(
@@ -1036,7 +897,7 @@ fn stress_client(
                 // Work while holding the lease, then release it or let it expire.
                 thread::sleep(Duration::from_millis(rng.range(0, 10)));
                 if rng.chance(60) {
-                    let release_sent = unix_ms();
+                    let release_sent = now_ms();
                     match release(&mut con, &key_name, &token) {
                         1 => {
                             counts.released += 1;
@@ -1057,7 +918,7 @@ fn stress_client(
 
 for_each_server!(contended_stress_keeps_fences_ordered, |flavor| {
     let server = Server::start(flavor);
-    let grants_before = info_counter(&server, "lease_grants");
+    let grants_before = lease_stat(&server, "grants");
     let until = Instant::now() + STRESS_RUN;
     let handles: Vec<_> = (0..STRESS_CLIENTS)
         .map(|client| {
@@ -1081,7 +942,7 @@ for_each_server!(contended_stress_keeps_fences_ordered, |flavor| {
         totals.expired += c.expired;
     }
     let to_waiters = grants.iter().filter(|g| g.blocking).count();
-    let handoffs = info_counter(&server, "lease_grants_to_waiters");
+    let handoffs = lease_stat(&server, "grants_to_waiters");
     eprintln!(
         "{flavor}: stress: {} attempts, {} grants ({to_waiters} to BLOCK acquires, \
          {handoffs} of them to queued waiters), {} nil, {} released, {} released too late, \
@@ -1108,13 +969,13 @@ for_each_server!(contended_stress_keeps_fences_ordered, |flavor| {
         totals.released_late
     );
     assert_eq!(
-        info_counter(&server, "lease_grants") - grants_before,
-        grants.len() as i64,
+        lease_stat(&server, "grants") - grants_before,
+        grants.len() as u64,
         "INFO lease_grants disagrees with the grants the clients saw"
     );
 
     // Fences are unique.
-    let mut fences: Vec<i64> = grants.iter().map(|g| g.fence).collect();
+    let mut fences: Vec<u64> = grants.iter().map(|g| g.fence).collect();
     fences.sort_unstable();
     for pair in fences.windows(2) {
         assert!(pair[0] < pair[1], "fence {} was issued twice", pair[0]);
@@ -1160,7 +1021,7 @@ for_each_server!(contended_stress_keeps_fences_ordered, |flavor| {
 
     // One client's grants came one after another, so their fences rise.
     for client in 0..STRESS_CLIENTS {
-        let mine: Vec<i64> = grants
+        let mine: Vec<u64> = grants
             .iter()
             .filter(|g| g.client == client)
             .map(|g| g.fence)
@@ -1190,7 +1051,7 @@ for_each_server!(contended_stress_keeps_fences_ordered, |flavor| {
         }
     }
 
-    assert_eq!(info_counter(&server, "lease_waiters"), 0);
+    assert_eq!(lease_stat(&server, "waiters"), 0);
     assert_server_healthy(&server);
 });
 
@@ -1210,7 +1071,7 @@ enum ContenderMsg {
     Tried,
     Got {
         received: Instant,
-        fence: i64,
+        fence: u64,
         released: i64,
     },
 }
@@ -1339,7 +1200,7 @@ for_each_server!(handoff_latency_report, |flavor| {
     let server = Server::start(flavor);
     let mut report = Vec::new();
     for mode in [Contender::Blocking, Contender::Polling] {
-        let to_waiters = info_counter(&server, "lease_grants_to_waiters");
+        let to_waiters = lease_stat(&server, "grants_to_waiters");
         let pairs: Vec<_> = (0..PAIRS)
             .map(|p| handoff_pair(&server, format!("{mode:?}-{p}"), mode, ROUNDS, p as u64 + 7))
             .collect();
@@ -1349,9 +1210,9 @@ for_each_server!(handoff_latency_report, |flavor| {
             PAIRS * ROUNDS,
             "{mode:?}: missing handoffs"
         );
-        let granted_to_waiters = info_counter(&server, "lease_grants_to_waiters") - to_waiters;
+        let granted_to_waiters = lease_stat(&server, "grants_to_waiters") - to_waiters;
         match mode {
-            Contender::Blocking => assert_eq!(granted_to_waiters, (PAIRS * ROUNDS) as i64),
+            Contender::Blocking => assert_eq!(granted_to_waiters, (PAIRS * ROUNDS) as u64),
             Contender::Polling => assert_eq!(granted_to_waiters, 0),
         }
         latencies.sort();
@@ -1369,6 +1230,6 @@ for_each_server!(handoff_latency_report, |flavor| {
     for line in &report {
         eprintln!("{line}");
     }
-    assert_eq!(info_counter(&server, "lease_waiters"), 0);
+    assert_eq!(lease_stat(&server, "waiters"), 0);
     assert_server_healthy(&server);
 });

@@ -8,98 +8,20 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::calls::{int, stale, text};
+use common::calls::{
+    acquire, call, call_error, exists, int, release, renew, stale, strings, take, text, NONE,
+};
 use common::cluster::{key_slot, keys_by_slot, Cluster, ClusterOptions};
-use common::lease::{lease_info, lease_payload, lease_stat};
-use common::{wait_until, Flavor, Server};
-use redis::{Connection, ConnectionLike, ToRedisArgs, Value};
+use common::lease::{lease_info, lease_stat, restore_fence_ahead};
+use common::{now_ms, repl_offset, wait_until, Flavor, Server};
+use redis::{Connection, ConnectionLike, Value};
 
 // ---------------------------------------------------------------------------
 // Commands, on a node's own connection or through the cluster client
 
-const NONE: &[&str] = &[];
 const LONG_TTL: u64 = 60_000;
-
-fn now_ms() -> u64 {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_else(|e| panic!("the clock is before 1970: {e}"));
-    since_epoch.as_millis() as u64
-}
-
-/// A command's reply, or its error reply as `CODE detail`. A node's connection hands
-/// errors back as values, the cluster client as `Err`: both end up here the same way.
-fn call<C: ConnectionLike, A: ToRedisArgs>(
-    con: &mut C,
-    name: &str,
-    args: A,
-) -> Result<Value, String> {
-    let mut cmd = redis::cmd(name);
-    cmd.arg(args);
-    let error_text = |code: &str, detail: Option<&str>| match detail {
-        Some(d) => format!("{code} {d}"),
-        None => code.to_string(),
-    };
-    match con.req_command(&cmd) {
-        Ok(Value::ServerError(e)) => Err(error_text(e.code(), e.details())),
-        Ok(v) => Ok(v),
-        Err(e) => match e.code() {
-            Some(code) => Err(error_text(code, e.detail())),
-            None => panic!("{name}: the connection failed: {e}"),
-        },
-    }
-}
-
-fn ok<C: ConnectionLike, A: ToRedisArgs>(con: &mut C, name: &str, args: A) -> Value {
-    call(con, name, args).unwrap_or_else(|e| panic!("{name} failed: {e}"))
-}
-
-fn expect_error<C: ConnectionLike, A: ToRedisArgs>(con: &mut C, name: &str, args: A) -> String {
-    match call(con, name, args) {
-        Err(e) => e,
-        Ok(v) => panic!("{name} answered {v:?}, not an error"),
-    }
-}
-
-fn strings(reply: Value) -> Vec<String> {
-    match reply {
-        Value::Array(items) => items.into_iter().map(text).collect(),
-        other => panic!("expected an array reply, got {other:?}"),
-    }
-}
-
-/// `LEASE.ACQUIRE key ttl TOKEN token`: the fence, or None when another token holds it.
-fn acquire<C: ConnectionLike>(con: &mut C, key: &str, ttl: u64, token: &str) -> Option<u64> {
-    match ok(con, "LEASE.ACQUIRE", (key, ttl, "TOKEN", token)) {
-        Value::Nil => None,
-        Value::Array(items) => match items.as_slice() {
-            [Value::BulkString(t), Value::Int(fence)] if *fence > 0 => {
-                assert_eq!(
-                    t,
-                    token.as_bytes(),
-                    "LEASE.ACQUIRE {key} echoed another token"
-                );
-                Some(*fence as u64)
-            }
-            other => panic!("LEASE.ACQUIRE {key} answered {other:?}"),
-        },
-        other => panic!("LEASE.ACQUIRE {key} answered {other:?}"),
-    }
-}
-
-fn granted<C: ConnectionLike>(con: &mut C, key: &str, ttl: u64, token: &str) -> u64 {
-    acquire(con, key, ttl, token).unwrap_or_else(|| panic!("LEASE.ACQUIRE {key} was refused"))
-}
-
-fn renew<C: ConnectionLike>(con: &mut C, key: &str, token: &str, ttl: u64) -> i64 {
-    int(ok(con, "LEASE.RENEW", (key, token, ttl)))
-}
-
-fn release<C: ConnectionLike>(con: &mut C, key: &str, token: &str) -> i64 {
-    int(ok(con, "LEASE.RELEASE", (key, token)))
-}
 
 fn held_with<C: ConnectionLike>(con: &mut C, key: &str, fence: u64) {
     let info = lease_info(con, key).unwrap_or_else(|| panic!("{key}: no lease"));
@@ -128,39 +50,9 @@ fn assert_not_holder<C: ConnectionLike>(con: &mut C, key: &str) {
     );
 }
 
-fn repl_offset(server: &Server) -> u64 {
-    let value = server
-        .info_field("replication", "master_repl_offset")
-        .unwrap_or_else(|| panic!("INFO replication has no master_repl_offset"));
-    value
-        .parse()
-        .unwrap_or_else(|e| panic!("master_repl_offset:{value}: {e}"))
-}
-
-fn exists(con: &mut Connection, key: &str) -> bool {
-    int(ok(con, "EXISTS", key)) == 1
-}
-
 /// `MOVED <slot> 127.0.0.1:<port>` for `key` served by `owner`.
 fn moved_to(key: &str, owner: &Server) -> String {
     format!("MOVED {} {}", key_slot(key.as_bytes()), owner.addr())
-}
-
-/// RESTOREs under `key` a lease held by `token` whose fence is far above every clock
-/// floor (about 19 hours of grants ahead), as a key from a node with a fast clock would
-/// carry: later fences can only stay above it through the module's bookkeeping.
-/// `template` is a free key name in the same slot, used for a DUMP.
-fn restore_fence_ahead(con: &mut Connection, key: &str, template: &str, token: &str) -> u64 {
-    granted(con, template, LONG_TTL, "t");
-    let dump = match ok(con, "DUMP", template) {
-        Value::BulkString(p) => p,
-        other => panic!("DUMP {template} answered {other:?}"),
-    };
-    assert_eq!(int(ok(con, "DEL", template)), 1);
-    let ahead = now_ms() * 1024 + (1 << 36);
-    let payload = lease_payload(&dump, ahead, now_ms() + LONG_TTL, token.as_bytes());
-    assert_eq!(ok(con, "RESTORE", (key, 0, payload)), Value::Okay);
-    ahead
 }
 
 // ---------------------------------------------------------------------------
@@ -174,7 +66,7 @@ for_each_server!(thousand_leases_routed_by_a_cluster_client, |flavor| {
 
     let mut fences = Vec::new();
     for (i, key) in keys.iter().enumerate() {
-        fences.push(granted(&mut cc, key, LONG_TTL, &token(i)));
+        fences.push(take(&mut cc, key, LONG_TTL, &token(i)));
     }
     // Each node issues from its own sequence: in grant order, its fences increase.
     let owners: Vec<usize> = keys.iter().map(|k| cluster.owner_of_key(k)).collect();
@@ -222,13 +114,13 @@ for_each_server!(thousand_leases_routed_by_a_cluster_client, |flavor| {
         );
         let mut con = node.client();
         for (&slot, &count) in &held {
-            let counted = int(ok(&mut con, "CLUSTER", ("COUNTKEYSINSLOT", slot)));
+            let counted = int(call(&mut con, "CLUSTER", ("COUNTKEYSINSLOT", slot)));
             assert_eq!(counted, count as i64, "node {n} slot {slot}");
         }
     }
     let mut any = cluster.nodes[0].client();
     for key in keys.iter().step_by(37) {
-        let slot = int(ok(&mut any, "CLUSTER", ("KEYSLOT", key.as_str())));
+        let slot = int(call(&mut any, "CLUSTER", ("KEYSLOT", key.as_str())));
         assert_eq!(
             slot,
             i64::from(key_slot(key.as_bytes())),
@@ -246,19 +138,19 @@ for_each_server!(thousand_leases_routed_by_a_cluster_client, |flavor| {
         assert_eq!(lease_info(&mut cc, key), None, "{key}");
     }
     for node in &cluster.nodes {
-        assert_eq!(int(ok(&mut node.client(), "DBSIZE", NONE)), 0);
+        assert_eq!(int(call(&mut node.client(), "DBSIZE", NONE)), 0);
         assert_eq!(lease_stat(node, "keys"), 0);
     }
 
     // A hash tag keeps a lock, its resource record and the data it guards on one node.
     let mut cc = cluster.client();
-    let f = granted(&mut cc, "{x}lock", LONG_TTL, "holder");
+    let f = take(&mut cc, "{x}lock", LONG_TTL, "holder");
     assert_eq!(
-        ok(&mut cc, "LEASE.FENCE", ("{x}res", f, "SET", "{x}data", "v")),
+        call(&mut cc, "LEASE.FENCE", ("{x}res", f, "SET", "{x}data", "v")),
         Value::Okay
     );
     assert_eq!(
-        expect_error(
+        call_error(
             &mut cc,
             "LEASE.FENCE",
             ("{x}res", f - 1, "SET", "{x}data", "w")
@@ -268,12 +160,12 @@ for_each_server!(thousand_leases_routed_by_a_cluster_client, |flavor| {
     let owner = cluster.owner_of_key("{x}");
     for (n, node) in cluster.nodes.iter().enumerate() {
         let mut con = node.client();
-        let here: i64 = int(ok(&mut con, "DBSIZE", NONE));
+        let here: i64 = int(call(&mut con, "DBSIZE", NONE));
         if n == owner {
             assert_eq!(here, 3, "node {n} serves {{x}}");
-            assert_eq!(text(ok(&mut con, "TYPE", "{x}lock")), "lease-key");
-            assert_eq!(text(ok(&mut con, "TYPE", "{x}res")), "fence-rec");
-            assert_eq!(text(ok(&mut con, "GET", "{x}data")), "v");
+            assert_eq!(text(call(&mut con, "TYPE", "{x}lock")), "lease-key");
+            assert_eq!(text(call(&mut con, "TYPE", "{x}res")), "fence-rec");
+            assert_eq!(text(call(&mut con, "GET", "{x}data")), "v");
         } else {
             assert_eq!(here, 0, "node {n} does not serve {{x}}");
         }
@@ -298,24 +190,24 @@ for_each_server!(fence_crossslot_getkeys_and_moved, |flavor| {
 
     for inner_key in [&other_b, &other_c] {
         let args = ("{a}res", 1, "SET", inner_key.as_str(), "v");
-        let on_node = expect_error(&mut direct, "LEASE.FENCE", args);
+        let on_node = call_error(&mut direct, "LEASE.FENCE", args);
         assert!(on_node.starts_with("CROSSSLOT"), "{inner_key}: {on_node}");
-        let routed = expect_error(&mut cc, "LEASE.FENCE", args);
+        let routed = call_error(&mut cc, "LEASE.FENCE", args);
         assert!(routed.starts_with("CROSSSLOT"), "{inner_key}: {routed}");
         let mset = ("{a}res", 1, "MSET", "{a}x", "1", inner_key.as_str(), "2");
-        let on_node = expect_error(&mut direct, "LEASE.FENCE", mset);
+        let on_node = call_error(&mut direct, "LEASE.FENCE", mset);
         assert!(on_node.starts_with("CROSSSLOT"), "{inner_key}: {on_node}");
     }
     // Nothing ran and nothing was recorded.
     assert!(!exists(&mut direct, "{a}res"));
     assert!(!exists(&mut direct, "{a}x"));
     assert!(!exists(&mut direct, &other_c));
-    assert_eq!(ok(&mut cc, "GET", other_b.as_str()), Value::Nil);
+    assert_eq!(call(&mut cc, "GET", other_b.as_str()), Value::Nil);
 
     // Inner keys in the resource's slot are fine, on the node and through the client.
-    let f = granted(&mut cc, "{a}lock", LONG_TTL, "holder");
+    let f = take(&mut cc, "{a}lock", LONG_TTL, "holder");
     assert_eq!(
-        ok(
+        call(
             &mut direct,
             "LEASE.FENCE",
             ("{a}res", f, "MSET", "{a}x", "1", "{a}y", "2")
@@ -323,23 +215,23 @@ for_each_server!(fence_crossslot_getkeys_and_moved, |flavor| {
         Value::Okay
     );
     assert_eq!(
-        ok(&mut cc, "LEASE.FENCE", ("{a}res", f, "INCR", "{a}x")),
+        call(&mut cc, "LEASE.FENCE", ("{a}res", f, "INCR", "{a}x")),
         Value::Int(2)
     );
-    assert_eq!(int(ok(&mut cc, "LEASE.FENCE", ("{a}res", f))), f as i64);
+    assert_eq!(int(call(&mut cc, "LEASE.FENCE", ("{a}res", f))), f as i64);
     assert_eq!(
-        expect_error(
+        call_error(
             &mut cc,
             "LEASE.FENCE",
             ("{a}res", f - 1, "SET", "{a}x", "0")
         ),
         stale(f - 1, f)
     );
-    assert_eq!(text(ok(&mut direct, "GET", "{a}x")), "2");
+    assert_eq!(text(call(&mut direct, "GET", "{a}x")), "2");
 
     // COMMAND GETKEYS reports the resource and every inner key, whatever their slots.
     let getkeys =
-        |con: &mut Connection, args: &[&str]| strings(ok(con, "COMMAND", ("GETKEYS", args)));
+        |con: &mut Connection, args: &[&str]| strings(call(con, "COMMAND", ("GETKEYS", args)));
     assert_eq!(
         getkeys(
             &mut direct,
@@ -407,15 +299,11 @@ for_each_server!(fence_crossslot_getkeys_and_moved, |flavor| {
         ),
     ];
     for (name, args) in &sent {
-        assert_eq!(
-            expect_error(&mut wrong, name, args),
-            moved,
-            "{name} {args:?}"
-        );
+        assert_eq!(call_error(&mut wrong, name, args), moved, "{name} {args:?}");
     }
     // The holder was not touched by any of them.
     held_with(&mut direct, "{a}lock", f);
-    assert_eq!(text(ok(&mut direct, "GET", "{a}x")), "2");
+    assert_eq!(text(call(&mut direct, "GET", "{a}x")), "2");
     assert_eq!(release(&mut cc, "{a}lock", "holder"), 1);
 });
 
@@ -431,13 +319,13 @@ for_each_server!(
         let to = (from + 1) % 3;
         let (src, dst) = (&cluster.nodes[from], &cluster.nodes[to]);
         let mut s = src.client();
-        let fa = granted(&mut s, "{m}lease:a", LONG_TTL, "token-a");
-        let fb = granted(&mut s, "{m}lease:b", LONG_TTL, "token-b");
+        let fa = take(&mut s, "{m}lease:a", LONG_TTL, "token-a");
+        let fb = take(&mut s, "{m}lease:b", LONG_TTL, "token-b");
         // Short enough to expire on the destination within the test.
-        let fs = granted(&mut s, "{m}lease:short", 1_500, "token-s");
+        let fs = take(&mut s, "{m}lease:short", 1_500, "token-s");
         let f_ahead = restore_fence_ahead(&mut s, "{m}lease:ahead", "{m}template", "token-ahead");
         assert_eq!(
-            ok(
+            call(
                 &mut s,
                 "LEASE.FENCE",
                 ("{m}res", fb, "SET", "{m}data", "v1")
@@ -458,15 +346,15 @@ for_each_server!(
             // destination with ASK, the destination serves them only after ASKING.
             let ask = format!("ASK {slot} {}", c.nodes[to].addr());
             let mut s = c.nodes[from].client();
-            assert_eq!(expect_error(&mut s, "LEASE.INFO", "{m}lease:a"), ask);
+            assert_eq!(call_error(&mut s, "LEASE.INFO", "{m}lease:a"), ask);
             assert_eq!(
-                expect_error(&mut s, "LEASE.ACQUIRE", ("{m}lease:new", 1000)),
+                call_error(&mut s, "LEASE.ACQUIRE", ("{m}lease:new", 1000)),
                 ask
             );
             let mut d = c.nodes[to].client();
             let moved_back = moved_to("{m}lease:a", &c.nodes[from]);
-            assert_eq!(expect_error(&mut d, "LEASE.INFO", "{m}lease:a"), moved_back);
-            assert_eq!(ok(&mut d, "ASKING", NONE), Value::Okay);
+            assert_eq!(call_error(&mut d, "LEASE.INFO", "{m}lease:a"), moved_back);
+            assert_eq!(call(&mut d, "ASKING", NONE), Value::Okay);
             held_with(&mut d, "{m}lease:a", fa);
         });
         moved.sort();
@@ -486,12 +374,12 @@ for_each_server!(
         let mut d = dst.client();
         // Checked first: it expires 1.5 s after its grant.
         held_with(&mut d, "{m}lease:short", fs);
-        assert_eq!(int(ok(&mut s, "CLUSTER", ("COUNTKEYSINSLOT", slot))), 0);
-        assert_eq!(int(ok(&mut d, "CLUSTER", ("COUNTKEYSINSLOT", slot))), 6);
+        assert_eq!(int(call(&mut s, "CLUSTER", ("COUNTKEYSINSLOT", slot))), 0);
+        assert_eq!(int(call(&mut d, "CLUSTER", ("COUNTKEYSINSLOT", slot))), 6);
         assert_eq!(lease_stat(dst, "keys"), dst_leases_before + 4);
         assert_eq!(lease_stat(dst, "resource_keys"), 1);
-        assert_eq!(text(ok(&mut d, "TYPE", "{m}lease:a")), "lease-key");
-        assert_eq!(text(ok(&mut d, "TYPE", "{m}res")), "fence-rec");
+        assert_eq!(text(call(&mut d, "TYPE", "{m}lease:a")), "lease-key");
+        assert_eq!(text(call(&mut d, "TYPE", "{m}res")), "fence-rec");
 
         // The leases are still held, by the same tokens, with the same fences.
         for (key, token, fence) in [
@@ -515,7 +403,7 @@ for_each_server!(
 
         // The record keeps its highest fence.
         assert_eq!(
-            expect_error(
+            call_error(
                 &mut d,
                 "LEASE.FENCE",
                 ("{m}res", fb - 1, "SET", "{m}data", "stale")
@@ -523,7 +411,7 @@ for_each_server!(
             stale(fb - 1, fb)
         );
         assert_eq!(
-            ok(&mut cc, "LEASE.FENCE", ("{m}res", fb, "GET", "{m}data")),
+            call(&mut cc, "LEASE.FENCE", ("{m}res", fb, "GET", "{m}data")),
             Value::BulkString(b"v1".to_vec())
         );
 
@@ -535,13 +423,13 @@ for_each_server!(
             "lease_fence_last below a restored fence"
         );
         assert_eq!(release(&mut d, "{m}lease:a", "token-a"), 1);
-        let next = granted(&mut d, "{m}lease:a", LONG_TTL, "token-a2");
+        let next = take(&mut d, "{m}lease:a", LONG_TTL, "token-a2");
         assert!(next > top, "{next} after migrated fences {migrated:?}");
         let other_key = format!("{}k", cluster.tag_on(to, &[slot]));
-        let fresh = granted(&mut d, &other_key, LONG_TTL, "t");
+        let fresh = take(&mut d, &other_key, LONG_TTL, "t");
         assert!(fresh > next, "{fresh} after {next}");
         assert_eq!(
-            ok(
+            call(
                 &mut cc,
                 "LEASE.FENCE",
                 ("{m}res", next, "SET", "{m}data", "v2")
@@ -549,7 +437,7 @@ for_each_server!(
             Value::Okay
         );
         assert_eq!(
-            expect_error(
+            call_error(
                 &mut cc,
                 "LEASE.FENCE",
                 ("{m}res", fb, "SET", "{m}data", "v0")
@@ -584,7 +472,7 @@ fn grant_on(con: &mut Connection, tag: &str, round: &str, n: usize) -> Vec<Grant
         .map(|i| {
             let key = format!("{tag}lease:{round}:{i}");
             let token = format!("token-{round}-{i}");
-            let fence = granted(con, &key, LONG_TTL, &token);
+            let fence = take(con, &key, LONG_TTL, &token);
             Granted { key, token, fence }
         })
         .collect()
@@ -630,7 +518,7 @@ fn check_promoted(
         assert_not_holder(&mut con, &g.key);
         assert_eq!(renew(&mut con, &g.key, &g.token, LONG_TTL), 1, "{}", g.key);
     }
-    let first = granted(
+    let first = take(
         &mut con,
         &format!("{tag}after-{}", leases.len()),
         LONG_TTL,
@@ -640,7 +528,7 @@ fn check_promoted(
     let top = leases.iter().map(|g| g.fence).max().unwrap_or(0);
     assert!(first > top);
     assert_eq!(
-        expect_error(&mut con, "LEASE.FENCE", (format!("{tag}res"), res_top - 1)),
+        call_error(&mut con, "LEASE.FENCE", (format!("{tag}res"), res_top - 1)),
         stale(res_top - 1, res_top),
         "the record came through the failover"
     );
@@ -663,12 +551,12 @@ for_each_server!(
         leases.extend(grant_on(&mut con, &tag, "1", 5));
         let top = leases.iter().map(|g| g.fence).max().unwrap_or(0);
         assert_eq!(
-            int(ok(&mut con, "LEASE.FENCE", (res.as_str(), top))),
+            int(call(&mut con, "LEASE.FENCE", (res.as_str(), top))),
             top as i64
         );
         // It must outlive the failover (0.5 to 2 s here) and expire soon after, on the
         // new master.
-        let fs = granted(&mut con, &short, 5_000, "token-s");
+        let fs = take(&mut con, &short, 5_000, "token-s");
         let old_last = lease_stat(&cluster.nodes[m], "fence_last");
         cluster.nodes[r].wait_for_sync(&cluster.nodes[m]);
         cluster.failover(r, None);
@@ -690,7 +578,7 @@ for_each_server!(
         );
         cluster.nodes[m].wait_for_sync(&cluster.nodes[r]);
         let mut demoted = cluster.nodes[m].client();
-        assert_eq!(ok(&mut demoted, "READONLY", NONE), Value::Okay);
+        assert_eq!(call(&mut demoted, "READONLY", NONE), Value::Okay);
         assert!(!exists(&mut demoted, &short), "the reaper's DEL replicated");
 
         // Round 2: CLUSTER FAILOVER FORCE on the old master, now a replica.
@@ -714,7 +602,7 @@ for_each_server!(
         let mut con = cluster.nodes[r].client();
         let g = &leases[0];
         assert_eq!(release(&mut con, &g.key, &g.token), 1);
-        let again = granted(&mut con, &g.key, LONG_TTL, "token-again");
+        let again = take(&mut con, &g.key, LONG_TTL, "token-again");
         assert!(again > fs && leases.iter().all(|g| again > g.fence));
     }
 );
@@ -741,7 +629,7 @@ fn survivors(promoted: &Server, grants: &[Granted]) -> (usize, usize) {
             None => {
                 // The lost grant's holder still believes it holds the lease: the new
                 // holder's fence must be above the one it was given.
-                let fence = granted(&mut con, &g.key, LONG_TTL, "token-after-kill");
+                let fence = take(&mut con, &g.key, LONG_TTL, "token-after-kill");
                 assert!(
                     fence > g.fence,
                     "{}: granted again with fence {fence}, not above the lost {}",
@@ -763,7 +651,7 @@ fn survivors(promoted: &Server, grants: &[Granted]) -> (usize, usize) {
 }
 
 fn wait_one(con: &mut Connection, timeout_ms: u64) -> i64 {
-    int(ok(con, "WAIT", (1, timeout_ms)))
+    int(call(con, "WAIT", (1, timeout_ms)))
 }
 
 for_each_server!(
@@ -785,14 +673,14 @@ for_each_server!(
         }
         let mut rcon = cluster.nodes[r0].client();
         assert_eq!(
-            ok(
+            call(
                 &mut rcon,
                 "CONFIG",
                 ("SET", "masterauth", "not-the-password")
             ),
             Value::Okay
         );
-        assert!(int(ok(&mut rcon, "CLIENT", ("KILL", "TYPE", "master"))) >= 1);
+        assert!(int(call(&mut rcon, "CLIENT", ("KILL", "TYPE", "master"))) >= 1);
         wait_until(
             "the replica's master link to go down",
             Duration::from_secs(5),
@@ -830,7 +718,7 @@ for_each_server!(
         // Both at once: a shard whose master is flagged as failed makes the whole cluster
         // say cluster_state:fail, which a one-at-a-time wait would never see end.
         assert_eq!(
-            ok(&mut rcon, "CONFIG", ("SET", "masterauth", "")),
+            call(&mut rcon, "CONFIG", ("SET", "masterauth", "")),
             Value::Okay
         );
         let old1 = cluster.begin_failover(r1, Some("TAKEOVER"));
@@ -859,7 +747,7 @@ for_each_server!(
             (0, cut.len()),
             "grants after the link was cut"
         );
-        let next0 = granted(&mut p0.client(), &format!("{tag0}next"), LONG_TTL, "t");
+        let next0 = take(&mut p0.client(), &format!("{tag0}next"), LONG_TTL, "t");
         assert!(
             next0 > dead_last0,
             "{next0} after the dead master's {dead_last0}"
@@ -876,7 +764,7 @@ for_each_server!(
             raced.len()
         );
         eprintln!("{what}: {kept} reached the replica, {lost} were lost");
-        let next1 = granted(&mut p1.client(), &format!("{tag1}next"), LONG_TTL, "t");
+        let next1 = take(&mut p1.client(), &format!("{tag1}next"), LONG_TTL, "t");
         assert!(
             next1 > dead_last1,
             "{next1} after the dead master's {dead_last1}"
@@ -902,19 +790,19 @@ for_each_server!(
         let key = format!("{}lock", cluster.tag_on(m, &[]));
         let elsewhere = format!("{}lock", cluster.tag_on(1, &[]));
         let mut cc = cluster.client();
-        let f = granted(&mut cc, &key, LONG_TTL, "holder");
-        granted(&mut cc, &elsewhere, LONG_TTL, "holder");
+        let f = take(&mut cc, &key, LONG_TTL, "holder");
+        take(&mut cc, &elsewhere, LONG_TTL, "holder");
         cluster.nodes[r].wait_for_sync(&cluster.nodes[m]);
 
         let master = &cluster.nodes[m];
         let moved = moved_to(&key, master);
         let mut rcon = cluster.nodes[r].client();
         assert_eq!(
-            expect_error(&mut rcon, "LEASE.INFO", key.as_str()),
+            call_error(&mut rcon, "LEASE.INFO", key.as_str()),
             moved,
             "before READONLY"
         );
-        assert_eq!(ok(&mut rcon, "READONLY", NONE), Value::Okay);
+        assert_eq!(call(&mut rcon, "READONLY", NONE), Value::Okay);
         held_with(&mut rcon, &key, f);
         assert_eq!(lease_info(&mut rcon, &key).map(|i| i.waiters), Some(0));
         assert_eq!(
@@ -923,7 +811,7 @@ for_each_server!(
         );
         // Another shard's key is not this replica's to serve.
         assert_eq!(
-            expect_error(&mut rcon, "LEASE.INFO", elsewhere.as_str()),
+            call_error(&mut rcon, "LEASE.INFO", elsewhere.as_str()),
             moved_to(&elsewhere, &cluster.nodes[cluster.owner_of_key(&elsewhere)])
         );
         let writes: [(&str, Vec<String>); 5] = [
@@ -941,7 +829,7 @@ for_each_server!(
         ];
         for (name, args) in &writes {
             assert_eq!(
-                expect_error(&mut rcon, name, args),
+                call_error(&mut rcon, name, args),
                 moved,
                 "{name} {args:?} on a replica"
             );
@@ -951,9 +839,9 @@ for_each_server!(
         assert_eq!(release(&mut cc, &key, "holder"), 1);
         cluster.nodes[r].wait_for_sync(master);
         assert_eq!(lease_info(&mut rcon, &key), None);
-        assert_eq!(ok(&mut rcon, "READWRITE", NONE), Value::Okay);
+        assert_eq!(call(&mut rcon, "READWRITE", NONE), Value::Okay);
         assert_eq!(
-            expect_error(&mut rcon, "LEASE.INFO", key.as_str()),
+            call_error(&mut rcon, "LEASE.INFO", key.as_str()),
             moved,
             "after READWRITE"
         );
@@ -994,14 +882,14 @@ for_each_server!(wait_and_waitaof_see_lease_commands_replicate, |flavor| {
     for name in steps {
         let before = repl_offset(master);
         match name {
-            "LEASE.ACQUIRE" => f = granted(&mut con, &lock, LONG_TTL, "holder"),
+            "LEASE.ACQUIRE" => f = take(&mut con, &lock, LONG_TTL, "holder"),
             "LEASE.RENEW" => assert_eq!(renew(&mut con, &lock, "holder", LONG_TTL), 1),
             "LEASE.FENCE" => {
-                assert_eq!(int(ok(&mut con, name, (res.as_str(), f))), f as i64)
+                assert_eq!(int(call(&mut con, name, (res.as_str(), f))), f as i64)
             }
             "LEASE.FENCE + SET" => {
                 let args = (res.as_str(), f, "SET", data.as_str(), "v");
-                assert_eq!(ok(&mut con, "LEASE.FENCE", args), Value::Okay)
+                assert_eq!(call(&mut con, "LEASE.FENCE", args), Value::Okay)
             }
             _ => assert_eq!(release(&mut con, &lock, "holder"), 1),
         }
@@ -1020,7 +908,7 @@ for_each_server!(wait_and_waitaof_see_lease_commands_replicate, |flavor| {
             "{name}: the replica is at {acked}, the master at {after}"
         );
         if has_waitaof(flavor) {
-            let reply = ok(&mut con, "WAITAOF", (1, 1, 1000));
+            let reply = call(&mut con, "WAITAOF", (1, 1, 1000));
             assert_eq!(
                 reply,
                 Value::Array(vec![Value::Int(1), Value::Int(1)]),
@@ -1028,13 +916,13 @@ for_each_server!(wait_and_waitaof_see_lease_commands_replicate, |flavor| {
             );
         } else {
             // Redis 7.0 has no WAITAOF: only WAIT can confirm a grant reached a replica.
-            let e = expect_error(&mut con, "WAITAOF", (1, 1, 1000));
+            let e = call_error(&mut con, "WAITAOF", (1, 1, 1000));
             assert!(e.starts_with("ERR unknown command"), "{e}");
         }
     }
     let mut rcon = replica.client();
-    assert_eq!(ok(&mut rcon, "READONLY", NONE), Value::Okay);
+    assert_eq!(call(&mut rcon, "READONLY", NONE), Value::Okay);
     assert_eq!(lease_info(&mut rcon, &lock), None);
-    assert_eq!(text(ok(&mut rcon, "GET", format!("{tag}data"))), "v");
-    assert_eq!(text(ok(&mut rcon, "TYPE", res.as_str())), "fence-rec");
+    assert_eq!(text(call(&mut rcon, "GET", format!("{tag}data"))), "v");
+    assert_eq!(text(call(&mut rcon, "TYPE", res.as_str())), "fence-rec");
 });

@@ -8,7 +8,7 @@ mod common;
 
 use std::fs;
 
-use common::reply::text;
+use common::reply::{pairs, text};
 use common::{Flavor, Server};
 use redis::{Connection, Value};
 
@@ -49,21 +49,6 @@ fn hides_internal(flavor: Flavor) -> bool {
     flavor == Flavor::Redis8
 }
 
-/// A map reply (RESP2: a flat array of names and values) as pairs.
-fn fields(v: &Value, what: &str) -> Vec<(String, Value)> {
-    match v {
-        Value::Map(pairs) => pairs
-            .iter()
-            .map(|(k, v)| (text(k.clone(), what), v.clone()))
-            .collect(),
-        Value::Array(items) if items.len() % 2 == 0 => items
-            .chunks(2)
-            .map(|pair| (text(pair[0].clone(), what), pair[1].clone()))
-            .collect(),
-        other => panic!("{what}: expected a map, got {other:?}"),
-    }
-}
-
 fn field<'a>(pairs: &'a [(String, Value)], name: &str) -> Option<&'a Value> {
     pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
@@ -86,12 +71,12 @@ fn docs(con: &mut Connection, name: &str) -> Option<Vec<(String, Value)>> {
         .arg(name)
         .query(con)
         .unwrap_or_else(|e| panic!("COMMAND DOCS {name}: {e}"));
-    let entries = fields(&reply, &format!("COMMAND DOCS {name}"));
+    let entries = pairs(&reply, &format!("COMMAND DOCS {name}"));
     match entries.as_slice() {
         [] => None,
         [(shown, doc)] => {
             assert_eq!(shown, name, "COMMAND DOCS {name}");
-            Some(fields(doc, &format!("COMMAND DOCS {name}")))
+            Some(pairs(doc, &format!("COMMAND DOCS {name}")))
         }
         more => panic!("COMMAND DOCS {name}: {} entries", more.len()),
     }
@@ -107,7 +92,7 @@ fn assert_args(flavor: Flavor, shown: Option<&Value>, expected: &[DocArg], what:
     );
     for (arg, want) in shown.iter().zip(expected) {
         let what = format!("{what} {}", want.name);
-        let arg = fields(arg, &what);
+        let arg = pairs(arg, &what);
         let get = |name| field_text(&arg, name, &what);
         assert_eq!(get("name").as_deref(), Some(want.name), "{what}: name");
         assert_eq!(get("type").as_deref(), Some(want.kind), "{what}: type");
@@ -214,7 +199,7 @@ fn usage(args: &[Value], what: &str) -> String {
     let words: Vec<String> = args
         .iter()
         .map(|arg| {
-            let arg = fields(arg, what);
+            let arg = pairs(arg, what);
             let get = |name| field_text(&arg, name, what).unwrap_or_default();
             let flags: Vec<String> = field(&arg, "flags")
                 .map(|v| list(v, what).into_iter().map(|f| text(f, what)).collect())

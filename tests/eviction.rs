@@ -19,14 +19,17 @@ mod common;
 
 use std::time::Instant;
 
-use common::{Flavor, Server};
-use redis::{Connection, ConnectionLike, RedisError, Value};
+use common::calls::{config_get, info_on, key_type, renew};
+use common::lease::{lease_info, lease_stat, Info};
+use common::reply::{error_text, redis_error_text};
+use common::{info_number, Flavor, Server};
+use redis::{Connection, ConnectionLike, Value};
 
 const LEASE_KEY: &str = "lock:a";
 const RECORD_KEY: &str = "fence:x";
 const HOLDER: &str = "holder-token";
-const TTL_MS: i64 = 600_000;
-const MAXMEMORY: i64 = 20 * 1024 * 1024;
+const TTL_MS: u64 = 600_000;
+const MAXMEMORY: u64 = 20 * 1024 * 1024;
 const WRITES: usize = 60_000;
 const BATCH: usize = 500;
 const VALUE_LEN: usize = 1024;
@@ -52,25 +55,6 @@ impl Mode {
     }
 }
 
-/// `CODE detail`, the error line as the server sent it.
-fn error_text(e: &RedisError) -> String {
-    match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        (Some(code), None) => code.to_string(),
-        _ => e.to_string(),
-    }
-}
-
-fn value_error_text(v: &Value) -> Option<String> {
-    match v {
-        Value::ServerError(e) => Some(match e.details() {
-            Some(d) => format!("{} {d}", e.code()),
-            None => e.code().to_string(),
-        }),
-        _ => None,
-    }
-}
-
 fn config_set(con: &mut Connection, pairs: &[(&str, &str)]) -> redis::RedisResult<()> {
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("SET");
@@ -80,24 +64,12 @@ fn config_set(con: &mut Connection, pairs: &[(&str, &str)]) -> redis::RedisResul
     cmd.query(con)
 }
 
-fn config_get(con: &mut Connection, name: &str) -> String {
-    let reply: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(name)
-        .query(con)
-        .unwrap_or_else(|e| panic!("CONFIG GET {name}: {e}"));
-    match &reply[..] {
-        [_, value] => value.clone(),
-        other => panic!("CONFIG GET {name} answered {other:?}"),
-    }
-}
-
 /// `LEASE.ACQUIRE key ttl TOKEN token`: `Some((token, fence))`, or `None` when held.
 fn acquire(
     con: &mut Connection,
     key: &str,
     token: &str,
-) -> redis::RedisResult<Option<(String, i64)>> {
+) -> redis::RedisResult<Option<(String, u64)>> {
     redis::cmd("LEASE.ACQUIRE")
         .arg(key)
         .arg(TTL_MS)
@@ -106,68 +78,11 @@ fn acquire(
         .query(con)
 }
 
-fn fence(con: &mut Connection, resource: &str, fence: i64) -> redis::RedisResult<i64> {
+fn fence(con: &mut Connection, resource: &str, fence: u64) -> redis::RedisResult<u64> {
     redis::cmd("LEASE.FENCE")
         .arg(resource)
         .arg(fence)
         .query(con)
-}
-
-fn renew(con: &mut Connection, key: &str, token: &str) -> i64 {
-    redis::cmd("LEASE.RENEW")
-        .arg(key)
-        .arg(token)
-        .arg(TTL_MS)
-        .query(con)
-        .unwrap_or_else(|e| panic!("LEASE.RENEW {key}: {e}"))
-}
-
-/// `LEASE.INFO key` as `(state, ttl, fence)`; `None` for a missing key.
-fn lease_info(con: &mut Connection, key: &str) -> Option<(String, i64, i64)> {
-    let reply: Option<Vec<Value>> = redis::cmd("LEASE.INFO")
-        .arg(key)
-        .query(con)
-        .unwrap_or_else(|e| panic!("LEASE.INFO {key}: {e}"));
-    let fields = reply?;
-    let mut state = None;
-    let mut ttl = None;
-    let mut fence = None;
-    for pair in fields.chunks(2) {
-        let [Value::BulkString(name), value] = pair else {
-            panic!("LEASE.INFO {key}: odd reply {fields:?}");
-        };
-        match (&name[..], value) {
-            (b"state", Value::BulkString(s)) => state = Some(String::from_utf8_lossy(s).into()),
-            (b"state", Value::SimpleString(s)) => state = Some(s.clone()),
-            (b"ttl", Value::Int(n)) => ttl = Some(*n),
-            (b"fence", Value::Int(n)) => fence = Some(*n),
-            _ => {}
-        }
-    }
-    match (state, ttl, fence) {
-        (Some(s), Some(t), Some(f)) => Some((s, t, f)),
-        _ => panic!("LEASE.INFO {key}: missing fields in {fields:?}"),
-    }
-}
-
-fn key_type(con: &mut Connection, key: &str) -> String {
-    redis::cmd("TYPE")
-        .arg(key)
-        .query(con)
-        .unwrap_or_else(|e| panic!("TYPE {key}: {e}"))
-}
-
-fn stat(server: &Server, section: &str, field: &str) -> i64 {
-    let value = server
-        .info_field(section, field)
-        .unwrap_or_else(|| panic!("{} INFO {section} has no {field}", server.flavor));
-    value
-        .parse()
-        .unwrap_or_else(|e| panic!("{} INFO {field}:{value:?}: {e}", server.flavor))
-}
-
-fn lease_stat(server: &Server, field: &str) -> i64 {
-    stat(server, "lease", field)
 }
 
 fn lease_info_text(server: &Server, field: &str) -> String {
@@ -188,14 +103,14 @@ fn eviction_warnings(server: &Server) -> Vec<String> {
 
 fn assert_refused(what: &str, reply: redis::RedisResult<impl std::fmt::Debug>) {
     match reply {
-        Err(e) if error_text(&e).starts_with(REFUSED) => {}
+        Err(e) if redis_error_text(&e).starts_with(REFUSED) => {}
         other => panic!("{what}: expected an error starting {REFUSED:?}, got {other:?}"),
     }
 }
 
 /// The lease and the record the experiment must not lose.
 struct Seed {
-    fence: i64,
+    fence: u64,
     /// When the ACQUIRE reply arrived: the deadline is at most `TTL_MS` after it.
     granted_at: Instant,
 }
@@ -288,16 +203,16 @@ fn fill_round(server: &Server, con: &mut Connection, with_ttl: bool, acc: &mut F
                 probe += 1;
                 continue;
             }
-            match value_error_text(reply) {
+            match error_text(reply) {
                 None => {}
                 Some(e) if e.starts_with("OOM ") => acc.ooms += 1,
                 Some(e) => panic!("{}: fill batch {batch}: {e}", server.flavor),
             }
         }
-        let used = memory_stat(server, con, "used_memory");
-        acc.max_overshoot = acc.max_overshoot.max(used - MAXMEMORY);
+        let used = info_on(con, "memory", "used_memory");
+        acc.max_overshoot = acc.max_overshoot.max(used - MAXMEMORY as i64);
     }
-    acc.peak_overshoot = memory_stat(server, con, "used_memory_peak") - MAXMEMORY;
+    acc.peak_overshoot = info_on(con, "memory", "used_memory_peak") - MAXMEMORY as i64;
     acc.elapsed_ms += started.elapsed().as_millis();
 }
 
@@ -307,13 +222,6 @@ fn fill(server: &Server, con: &mut Connection, with_ttl: bool) -> Fill {
     acc
 }
 
-fn memory_stat(server: &Server, con: &mut Connection, field: &str) -> i64 {
-    let memory: String = redis::cmd("INFO").arg("memory").query(con).unwrap();
-    common::info_field(&memory, field)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{}: no {field} in INFO memory", server.flavor))
-}
-
 /// Sets `maxmemory`, the policy and the mode, in that order.
 fn arm(server: &Server, con: &mut Connection, policy: &str, mode: Mode) {
     config_set(con, &[("maxmemory", &MAXMEMORY.to_string())]).unwrap();
@@ -321,7 +229,7 @@ fn arm(server: &Server, con: &mut Connection, policy: &str, mode: Mode) {
     config_set(con, &[("lease.allkeys-eviction", mode.name())])
         .unwrap_or_else(|e| panic!("{}: CONFIG SET mode {}: {e}", server.flavor, mode.name()));
     assert_eq!(lease_info_text(server, "lease_maxmemory_policy"), policy);
-    assert_eq!(lease_stat(server, "lease_maxmemory"), MAXMEMORY);
+    assert_eq!(lease_stat(server, "maxmemory"), MAXMEMORY);
     assert_eq!(
         lease_info_text(server, "lease_allkeys_eviction"),
         mode.name()
@@ -332,7 +240,13 @@ fn arm(server: &Server, con: &mut Connection, policy: &str, mode: Mode) {
 /// held, same fence, a deadline no later than the original one.
 fn lease_kept(server: &Server, con: &mut Connection, seed: &Seed) -> bool {
     let asked_at = Instant::now();
-    let Some((state, ttl, lease_fence)) = lease_info(con, LEASE_KEY) else {
+    let Some(Info {
+        state,
+        ttl,
+        fence: lease_fence,
+        ..
+    }) = lease_info(con, LEASE_KEY)
+    else {
         let exists: i64 = redis::cmd("EXISTS").arg(LEASE_KEY).query(con).unwrap();
         assert_eq!(
             exists, 0,
@@ -350,7 +264,7 @@ fn lease_kept(server: &Server, con: &mut Connection, seed: &Seed) -> bool {
     // A restore must keep the deadline, not grant a fresh ttl.
     let waited = asked_at.duration_since(seed.granted_at).as_millis() as i64;
     assert!(
-        ttl <= TTL_MS - waited + 5,
+        ttl <= TTL_MS as i64 - waited + 5,
         "{}: {LEASE_KEY} ttl {ttl} ms, but {waited} ms passed since the grant of {TTL_MS} ms",
         server.flavor
     );
@@ -368,7 +282,7 @@ fn record_kept(server: &Server, con: &mut Connection, seed: &Seed) -> bool {
     assert_eq!(kind, "fence-rec", "{}: TYPE {RECORD_KEY}", server.flavor);
     match fence(con, RECORD_KEY, seed.fence - 1) {
         Err(e) => assert_eq!(
-            error_text(&e),
+            redis_error_text(&e),
             format!(
                 "STALE fencing token {} is older than {}",
                 seed.fence - 1,
@@ -394,14 +308,14 @@ fn report(
     lease: bool,
     record: bool,
     fill: &Fill,
-    evicted_keys: i64,
+    evicted_keys: u64,
 ) {
     eprintln!(
         "RESULT server={} policy={policy} mode={} evicted_keys={evicted_keys} lease_kept={lease} record_kept={record} lease_evicted={} lease_restored={} max_overshoot_bytes={} peak_overshoot_bytes={} ooms={} probes={} lease_missing_in_probes={} record_missing_in_probes={} rounds={} fill_ms={}",
         server.flavor,
         mode.name(),
-        lease_stat(server, "lease_evicted"),
-        lease_stat(server, "lease_restored"),
+        lease_stat(server, "evicted"),
+        lease_stat(server, "restored"),
         fill.max_overshoot,
         fill.peak_overshoot,
         fill.ooms,
@@ -423,7 +337,7 @@ fn allkeys_case(flavor: Flavor, policy: &str, mode: Mode) {
     let seed = seed(&server, &mut con);
     arm(&server, &mut con, policy, mode);
 
-    let refused_before = lease_stat(&server, "lease_acquires_refused_for_eviction");
+    let refused_before = lease_stat(&server, "acquires_refused_for_eviction");
     if mode == Mode::Refuse {
         assert_refused(
             "ACQUIRE before the fill",
@@ -431,7 +345,7 @@ fn allkeys_case(flavor: Flavor, policy: &str, mode: Mode) {
         );
         assert_refused("FENCE before the fill", fence(&mut con, "fence:new", 1));
         assert_eq!(
-            lease_stat(&server, "lease_acquires_refused_for_eviction"),
+            lease_stat(&server, "acquires_refused_for_eviction"),
             refused_before + 2
         );
     }
@@ -439,25 +353,25 @@ fn allkeys_case(flavor: Flavor, policy: &str, mode: Mode) {
     let mut filled = fill(&server, &mut con, false);
     // A restore can only be seen once something was evicted: under allkeys-random one
     // round leaves both keys untouched about once in 200 runs, so fill again then.
-    while mode == Mode::Restore && lease_stat(&server, "lease_evicted") == 0 && filled.rounds < 4 {
+    while mode == Mode::Restore && lease_stat(&server, "evicted") == 0 && filled.rounds < 4 {
         fill_round(&server, &mut con, false, &mut filled);
     }
     assert_eq!(filled.ooms, 0, "{}: OOM under {policy}", server.flavor);
-    let evicted_keys = stat(&server, "stats", "evicted_keys");
+    let evicted_keys = info_number(&server, "stats", "evicted_keys");
     assert!(evicted_keys > 0, "{}: nothing evicted", server.flavor);
 
     // Under allkeys-* with maxmemory still set: what new grants do.
     let mut created = Vec::new();
     match mode {
         Mode::Refuse => {
-            let refused = lease_stat(&server, "lease_acquires_refused_for_eviction");
+            let refused = lease_stat(&server, "acquires_refused_for_eviction");
             assert_refused(
                 "ACQUIRE after the fill",
                 acquire(&mut con, "lock:new", "t2"),
             );
             assert_refused("FENCE after the fill", fence(&mut con, "fence:new", 1));
             assert_eq!(
-                lease_stat(&server, "lease_acquires_refused_for_eviction"),
+                lease_stat(&server, "acquires_refused_for_eviction"),
                 refused + 2
             );
             assert_eq!(key_type(&mut con, "lock:new"), "none");
@@ -477,7 +391,7 @@ fn allkeys_case(flavor: Flavor, policy: &str, mode: Mode) {
             created.push("lock:new");
             created.push("fence:new");
             assert_eq!(
-                lease_stat(&server, "lease_acquires_refused_for_eviction"),
+                lease_stat(&server, "acquires_refused_for_eviction"),
                 refused_before
             );
         }
@@ -490,7 +404,7 @@ fn allkeys_case(flavor: Flavor, policy: &str, mode: Mode) {
         assert!(lease, "{}: restore lost {LEASE_KEY}", server.flavor);
         assert!(record, "{}: restore lost {RECORD_KEY}", server.flavor);
         assert!(
-            lease_stat(&server, "lease_evicted") > 0,
+            lease_stat(&server, "evicted") > 0,
             "{}: {} rounds evicted neither {LEASE_KEY} nor {RECORD_KEY}: nothing to restore",
             server.flavor,
             filled.rounds
@@ -502,8 +416,8 @@ fn allkeys_case(flavor: Flavor, policy: &str, mode: Mode) {
             server.flavor,
             filled.probes
         );
-        assert_eq!(lease_stat(&server, "lease_keys"), 2);
-        assert_eq!(lease_stat(&server, "lease_resource_keys"), 2);
+        assert_eq!(lease_stat(&server, "keys"), 2);
+        assert_eq!(lease_stat(&server, "resource_keys"), 2);
         assert_eq!(
             acquire(&mut con, LEASE_KEY, "another-token").unwrap(),
             None,
@@ -511,14 +425,14 @@ fn allkeys_case(flavor: Flavor, policy: &str, mode: Mode) {
             server.flavor
         );
         assert_eq!(
-            renew(&mut con, LEASE_KEY, HOLDER),
+            renew(&mut con, LEASE_KEY, HOLDER, TTL_MS),
             1,
             "{}: the holder's LEASE.RENEW of {LEASE_KEY}",
             server.flavor
         );
         assert_eq!(
-            lease_stat(&server, "lease_evicted"),
-            lease_stat(&server, "lease_restored")
+            lease_stat(&server, "evicted"),
+            lease_stat(&server, "restored")
         );
         let warnings = eviction_warnings(&server);
         assert!(
@@ -557,20 +471,20 @@ fn allkeys_case(flavor: Flavor, policy: &str, mode: Mode) {
         }
     }
     for key in [LEASE_KEY, "lock:new"] {
-        lease_keys += i64::from(key_type(&mut con, key) != "none");
+        lease_keys += u64::from(key_type(&mut con, key) != "none");
     }
     for key in [RECORD_KEY, "fence:new"] {
-        resource_keys += i64::from(key_type(&mut con, key) != "none");
+        resource_keys += u64::from(key_type(&mut con, key) != "none");
     }
-    assert_eq!(lease_stat(&server, "lease_keys"), lease_keys);
-    assert_eq!(lease_stat(&server, "lease_resource_keys"), resource_keys);
+    assert_eq!(lease_stat(&server, "keys"), lease_keys);
+    assert_eq!(lease_stat(&server, "resource_keys"), resource_keys);
     assert_eq!(
-        lease_stat(&server, "lease_evicted"),
-        lost.len() as i64,
+        lease_stat(&server, "evicted"),
+        lost.len() as u64,
         "{}: lease_evicted does not match the lost keys {lost:?}",
         server.flavor
     );
-    assert_eq!(lease_stat(&server, "lease_restored"), 0);
+    assert_eq!(lease_stat(&server, "restored"), 0);
     let warnings = eviction_warnings(&server);
     assert_eq!(
         warnings.len(),
@@ -591,7 +505,7 @@ fn allkeys_case(flavor: Flavor, policy: &str, mode: Mode) {
     }
     if lease {
         assert_eq!(
-            renew(&mut con, LEASE_KEY, HOLDER),
+            renew(&mut con, LEASE_KEY, HOLDER, TTL_MS),
             1,
             "{}: the holder's LEASE.RENEW of {LEASE_KEY}",
             server.flavor
@@ -608,7 +522,7 @@ fn restore_refused_on_redis7(server: &Server, con: &mut Connection, policy: &str
         config_set(con, &[("lease.allkeys-eviction", before)]).unwrap();
         let reply = config_set(con, &[("lease.allkeys-eviction", "restore")]);
         match reply {
-            Err(e) if error_text(&e).contains("post-notification jobs") => {}
+            Err(e) if redis_error_text(&e).contains("post-notification jobs") => {}
             other => panic!(
                 "{}: CONFIG SET lease.allkeys-eviction restore answered {other:?}",
                 server.flavor
@@ -635,7 +549,7 @@ fn volatile_case(flavor: Flavor, policy: &str) {
     arm(&server, &mut con, policy, Mode::Refuse);
     let filled = fill(&server, &mut con, true);
     assert_eq!(filled.ooms, 0, "{}: OOM under {policy}", server.flavor);
-    let evicted_keys = stat(&server, "stats", "evicted_keys");
+    let evicted_keys = info_number(&server, "stats", "evicted_keys");
     let lease = lease_kept(&server, &mut con, &seed);
     let record = record_kept(&server, &mut con, &seed);
     report(
@@ -651,18 +565,15 @@ fn volatile_case(flavor: Flavor, policy: &str) {
     assert!(lease, "{}: {policy} evicted {LEASE_KEY}", server.flavor);
     assert!(record, "{}: {policy} evicted {RECORD_KEY}", server.flavor);
     assert_eq!((filled.lease_missing, filled.record_missing), (0, 0));
-    assert_eq!(lease_stat(&server, "lease_evicted"), 0);
+    assert_eq!(lease_stat(&server, "evicted"), 0);
     assert!(eviction_warnings(&server).is_empty());
     // Not allkeys-*: the default refuse mode does not refuse.
     let granted = acquire(&mut con, "lock:new", "t2")
         .unwrap_or_else(|e| panic!("{}: ACQUIRE under {policy}: {e}", server.flavor));
     assert!(granted.is_some());
+    assert_eq!(lease_stat(&server, "acquires_refused_for_eviction"), 0);
     assert_eq!(
-        lease_stat(&server, "lease_acquires_refused_for_eviction"),
-        0
-    );
-    assert_eq!(
-        renew(&mut con, LEASE_KEY, HOLDER),
+        renew(&mut con, LEASE_KEY, HOLDER, TTL_MS),
         1,
         "{}: the holder's LEASE.RENEW of {LEASE_KEY}",
         server.flavor
@@ -685,7 +596,7 @@ fn while_full(server: &Server, con: &mut Connection, commands: &[redis::Cmd]) ->
             .req_packed_commands(&pipe.get_packed_pipeline(), 0, commands.len() + 1)
             .unwrap_or_else(|e| panic!("{}: {e}", server.flavor));
         let write = replies.remove(0);
-        match value_error_text(&write) {
+        match error_text(&write) {
             Some(e) if e.starts_with("OOM ") => return replies,
             Some(e) => panic!("{}: probe write: {e}", server.flavor),
             None => {}
@@ -700,7 +611,7 @@ fn noeviction_case(flavor: Flavor) {
     let seed = seed(&server, &mut con);
     arm(&server, &mut con, "noeviction", Mode::Refuse);
     let filled = fill(&server, &mut con, false);
-    let evicted_keys = stat(&server, "stats", "evicted_keys");
+    let evicted_keys = info_number(&server, "stats", "evicted_keys");
     let lease = lease_kept(&server, &mut con, &seed);
     // LEASE.FENCE is deny-oom: the record's highest is checked once the server has room.
     let record = key_type(&mut con, RECORD_KEY) == "fence-rec";
@@ -717,7 +628,7 @@ fn noeviction_case(flavor: Flavor) {
     assert_eq!(evicted_keys, 0);
     assert!(lease && record, "{}: noeviction lost a key", server.flavor);
     assert_eq!((filled.lease_missing, filled.record_missing), (0, 0));
-    assert_eq!(lease_stat(&server, "lease_evicted"), 0);
+    assert_eq!(lease_stat(&server, "evicted"), 0);
 
     // While full: ACQUIRE and FENCE are deny-oom, RENEW is not.
     let mut new_acquire = redis::cmd("LEASE.ACQUIRE");
@@ -731,7 +642,7 @@ fn noeviction_case(flavor: Flavor) {
         &mut con,
         &[new_acquire, record_fence, holder_renew],
     );
-    let errors: Vec<Option<String>> = replies.iter().map(value_error_text).collect();
+    let errors: Vec<Option<String>> = replies.iter().map(error_text).collect();
     assert!(
         errors[0].as_deref().is_some_and(|e| e.starts_with("OOM ")),
         "{}: ACQUIRE while full answered {:?}",
@@ -816,7 +727,7 @@ for_each_server!(policy_changes_apply_at_once, |flavor| {
         lease_info_text(&server, "lease_maxmemory_policy"),
         "noeviction"
     );
-    assert_eq!(lease_stat(&server, "lease_maxmemory"), 0);
+    assert_eq!(lease_stat(&server, "maxmemory"), 0);
 
     // Both settings in one CONFIG SET.
     config_set(
@@ -832,7 +743,7 @@ for_each_server!(policy_changes_apply_at_once, |flavor| {
         lease_info_text(&server, "lease_maxmemory_policy"),
         "allkeys-random"
     );
-    assert_eq!(lease_stat(&server, "lease_maxmemory"), MAXMEMORY);
+    assert_eq!(lease_stat(&server, "maxmemory"), MAXMEMORY);
 
     config_set(&mut con, &[("maxmemory-policy", "noeviction")]).unwrap();
     assert!(acquire(&mut con, "k1", "t").unwrap().is_some());
@@ -842,11 +753,11 @@ for_each_server!(policy_changes_apply_at_once, |flavor| {
     );
 
     config_set(&mut con, &[("maxmemory-policy", "allkeys-lru")]).unwrap();
-    let refused = lease_stat(&server, "lease_acquires_refused_for_eviction");
+    let refused = lease_stat(&server, "acquires_refused_for_eviction");
     assert_refused("ACQUIRE after allkeys-lru", acquire(&mut con, "k2", "t"));
     assert_refused("FENCE after allkeys-lru", fence(&mut con, "r", 1));
     assert_eq!(
-        lease_stat(&server, "lease_acquires_refused_for_eviction"),
+        lease_stat(&server, "acquires_refused_for_eviction"),
         refused + 2
     );
     assert_eq!(
@@ -888,11 +799,11 @@ for_each_server!(policy_changes_apply_at_once, |flavor| {
     config_set(&mut con, &[("maxmemory-policy", "allkeys-lru")]).unwrap();
     assert_refused("ACQUIRE before maxmemory 0", acquire(&mut con, "k3", "t"));
     config_set(&mut con, &[("maxmemory", "0")]).unwrap();
-    assert_eq!(lease_stat(&server, "lease_maxmemory"), 0);
+    assert_eq!(lease_stat(&server, "maxmemory"), 0);
     assert!(acquire(&mut con, "k3", "t").unwrap().is_some());
     assert_eq!(fence(&mut con, "r", 2).unwrap(), 2);
     config_set(&mut con, &[("maxmemory", "20mb")]).unwrap();
-    assert_eq!(lease_stat(&server, "lease_maxmemory"), MAXMEMORY);
+    assert_eq!(lease_stat(&server, "maxmemory"), MAXMEMORY);
     assert_refused("ACQUIRE after maxmemory 20mb", acquire(&mut con, "k4", "t"));
 
     // The mode is read at once too.
@@ -914,15 +825,15 @@ for_each_server!(policy_from_config_file, |flavor| {
         lease_info_text(&server, "lease_maxmemory_policy"),
         "allkeys-lfu"
     );
-    assert_eq!(lease_stat(&server, "lease_maxmemory"), MAXMEMORY);
+    assert_eq!(lease_stat(&server, "maxmemory"), MAXMEMORY);
     assert_refused("first ACQUIRE", acquire(&mut con, "k", "t"));
     assert_refused("first FENCE", fence(&mut con, "r", 1));
 });
 
 /// Makes the server evict: `maxmemory` 1 MB under what is used now, one command to run
 /// the eviction, then `maxmemory 0` again.
-fn evict_now(server: &Server, con: &mut Connection) {
-    let used = memory_stat(server, con, "used_memory");
+fn evict_now(con: &mut Connection) {
+    let used = info_on(con, "memory", "used_memory");
     config_set(con, &[("maxmemory", &(used - 1_000_000).to_string())]).unwrap();
     let _: String = redis::cmd("PING").query(con).unwrap();
     config_set(con, &[("maxmemory", "0")]).unwrap();
@@ -946,8 +857,8 @@ for_each_server!(
         let mut wrong = Vec::new();
         for mode in modes {
             config_set(&mut con, &[("lease.allkeys-eviction", mode)]).unwrap();
-            let counted_before = lease_stat(&server, "lease_evicted");
-            let restored_before = lease_stat(&server, "lease_restored");
+            let counted_before = lease_stat(&server, "evicted");
+            let restored_before = lease_stat(&server, "restored");
             let warned_before = eviction_warnings(&server).len();
 
             // A live lease replaced by a string.
@@ -958,9 +869,12 @@ for_each_server!(
                 .query(&mut con)
                 .unwrap();
             assert_eq!(key_type(&mut con, LEASE_KEY), "string");
-            let evicted_before = stat(&server, "stats", "evicted_keys");
-            evict_now(&server, &mut con);
-            assert_eq!(stat(&server, "stats", "evicted_keys"), evicted_before + 1);
+            let evicted_before = info_number(&server, "stats", "evicted_keys");
+            evict_now(&mut con);
+            assert_eq!(
+                info_number(&server, "stats", "evicted_keys"),
+                evicted_before + 1
+            );
             let after = key_type(&mut con, LEASE_KEY);
             if after != "none" {
                 wrong.push(format!(
@@ -977,8 +891,11 @@ for_each_server!(
                 .arg(&big[..])
                 .query(&mut con)
                 .unwrap();
-            evict_now(&server, &mut con);
-            assert_eq!(stat(&server, "stats", "evicted_keys"), evicted_before + 2);
+            evict_now(&mut con);
+            assert_eq!(
+                info_number(&server, "stats", "evicted_keys"),
+                evicted_before + 2
+            );
             let after = key_type(&mut con, RECORD_KEY);
             if after != "none" {
                 wrong.push(format!(
@@ -987,8 +904,8 @@ for_each_server!(
                 let _: i64 = redis::cmd("DEL").arg(RECORD_KEY).query(&mut con).unwrap();
             }
 
-            let counted = lease_stat(&server, "lease_evicted") - counted_before;
-            let restored = lease_stat(&server, "lease_restored") - restored_before;
+            let counted = lease_stat(&server, "evicted") - counted_before;
+            let restored = lease_stat(&server, "restored") - restored_before;
             let warned = eviction_warnings(&server).len() - warned_before;
             if (counted, restored, warned) != (0, 0, 0) {
                 wrong.push(format!(
@@ -1045,14 +962,14 @@ for_each_server!(an_eviction_announced_late_is_still_counted, |flavor| {
         .collect();
 
     let warned_before = eviction_warnings(&server).len();
-    evict_now(&server, &mut con);
+    evict_now(&mut con);
     assert_eq!(
         key_type(&mut con, LEASE_KEY),
         "none",
         "{flavor}: not evicted"
     );
     assert_eq!(
-        lease_stat(&server, "lease_evicted"),
+        lease_stat(&server, "evicted"),
         1,
         "{flavor}: the evicted live lease was not counted"
     );

@@ -6,49 +6,21 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
-use std::thread;
 use std::time::{Duration, Instant};
 
-use common::calls::{call, int, text};
+use common::calls::{call, int, take, text};
 use common::lease::lease_info;
 use common::reply::assert_ok;
-use common::{repo_dir, wait_until, Server, ServerOptions};
+use common::waiter::Waiter;
+use common::{debug_module_path, wait_until, Server, ServerOptions};
 use redis::Value;
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// The module built in debug with `fault-injection`, once per test process, in a
-/// target directory of its own (the release module the other tests load is left alone).
-fn faulty_module() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let target = repo_dir().join("target").join("faults");
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let output = Command::new(cargo)
-                .args(["build", "--lib", "--features", "fault-injection"])
-                .arg("--target-dir")
-                .arg(&target)
-                .current_dir(repo_dir())
-                .stdin(Stdio::null())
-                .output()
-                .expect("run cargo");
-            assert!(
-                output.status.success(),
-                "cargo build --features fault-injection failed:\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            target.join("debug").join("libredis_lease.so")
-        })
-        .clone()
-}
-
 /// A server that loads the faulty module with `inject-panic <names>`.
 fn start_with_faults(flavor: common::Flavor, names: &str) -> Server {
-    let line = format!("{} inject-panic \"{names}\"", faulty_module().display());
+    let module = debug_module_path("faults", "fault-injection");
+    let line = format!("{} inject-panic \"{names}\"", module.display());
     Server::start_with(
         flavor,
         ServerOptions::without_module().config("loadmodule", &line),
@@ -78,10 +50,7 @@ for_each_server!(a_panic_in_the_reaper_is_logged_and_survived, |flavor| {
 for_each_server!(a_panic_in_an_rdb_save_saves_a_whole_value, |flavor| {
     let server = start_with_faults(flavor, "lease-key save");
     let mut con = server.client();
-    let fence = match call(&mut con, "LEASE.ACQUIRE", ("L", 60_000, "TOKEN", "t")) {
-        Value::Array(items) => int(items[1].clone()) as u64,
-        other => panic!("ACQUIRE: {other:?}"),
-    };
+    let fence = take(&mut con, "L", 60_000, "t");
     call(&mut con, "LEASE.FENCE", ("R", 7));
     assert_ok(call(&mut con, "SAVE", Vec::<String>::new()), "SAVE");
     assert!(logged(&server, "lease-key save"));
@@ -93,10 +62,7 @@ for_each_server!(a_panic_in_an_rdb_save_saves_a_whole_value, |flavor| {
     let info = lease_info(&mut con, "L").expect("L after the reload");
     assert_eq!((info.state.as_str(), info.fence), ("free", fence));
     assert_eq!(int(call(&mut con, "LEASE.FENCE", ("R", 7))), 7);
-    let next = match call(&mut con, "LEASE.ACQUIRE", ("L", 60_000, "TOKEN", "u")) {
-        Value::Array(items) => int(items[1].clone()) as u64,
-        other => panic!("ACQUIRE after the reload: {other:?}"),
-    };
+    let next = take(&mut con, "L", 60_000, "u");
     assert!(next > fence);
 });
 
@@ -106,23 +72,13 @@ for_each_server!(
         let server = start_with_faults(flavor, "LEASE.ACQUIRE waiter");
         let mut con = server.client();
         call(&mut con, "LEASE.ACQUIRE", ("L", 60_000, "TOKEN", "t"));
-        let mut waiter_con = server.client();
-        let waiter = thread::spawn(move || {
-            let started = Instant::now();
-            let reply = call(
-                &mut waiter_con,
-                "LEASE.ACQUIRE",
-                ("L", 60_000, "TOKEN", "w", "BLOCK", 500),
-            );
-            (reply, started.elapsed())
-        });
-        wait_until("the waiter to block", WAIT, || {
-            common::lease::lease_stat(&server, "waiters") == 1
-        });
+        let started = Instant::now();
+        let waiter = Waiter::block(&server, "L", 60_000, "w", 500, &[]);
         assert_eq!(int(call(&mut con, "LEASE.RELEASE", ("L", "t"))), 1);
         // The callback panics each time it is offered the lease: the waiter stays
         // blocked until its timeout, and the server answers everyone meanwhile.
-        let (reply, waited) = waiter.join().expect("the waiter's thread");
+        let (reply, answered) = waiter.reply(WAIT, "the waiter");
+        let waited = answered - started;
         assert_eq!(reply, Value::Nil, "after {waited:?}");
         assert!(logged(&server, "LEASE.ACQUIRE waiter"));
         assert_eq!(text(call(&mut con, "PING", Vec::<String>::new())), "PONG");

@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::calls::get;
 use common::{Flavor, Server, ServerOptions};
 
 fn set(con: &mut redis::Connection, key: &str, value: &str) {
@@ -12,13 +13,6 @@ fn set(con: &mut redis::Connection, key: &str, value: &str) {
         .arg(value)
         .query(con)
         .unwrap_or_else(|e| panic!("SET {key} failed: {e}"));
-}
-
-fn get(con: &mut redis::Connection, key: &str) -> Option<String> {
-    redis::cmd("GET")
-        .arg(key)
-        .query(con)
-        .unwrap_or_else(|e| panic!("GET {key} failed: {e}"))
 }
 
 for_each_server!(starts_the_expected_server, |flavor| {

@@ -13,82 +13,32 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use common::calls::{cmd, describe, exists, login, restore, sanitize_dump_payload, send, take};
 use common::errors::{
-    BLOCK_ERR, FENCE_ERR, NESTED_ERR, SYNTAX_ERR, TOKEN_ERR, TTL_ERR, UNKNOWN_INNER_ERR,
+    forbidden, BLOCK_ERR, FENCE_ERR, NESTED_ERR, RESOURCE_ERR, SYNTAX_ERR, TOKEN_ERR, TTL_ERR,
+    UNKNOWN_INNER_ERR,
 };
-use common::lease::{crc64, rdb_len, seal};
-use common::reply::{assert_ok, error_text, expect_error, int, text};
-use common::{wait_until, Flavor, Server};
-use redis::{Connection, ConnectionLike, Value};
+use common::lease::{dump, lease_info, lease_stat, Dump};
+use common::rdb::{crc64, module_id, push_len, seal, Body};
+use common::reply::{assert_ok, error_text, expect_error, int, text, FENCE_LIMIT};
+use common::{info_number, now_ms, wait_until, Flavor, Server};
+use redis::{Connection, Value};
 
 const TOO_MANY_INNER_ERR: &str =
     "ERR LEASE.FENCE: the inner command may have at most 256 arguments after its name";
 const MINUTE: u64 = 60_000;
-const FENCE_LIMIT: u64 = 1 << 53;
 const MAX_TTL: u64 = 1 << 40;
 /// Deadlines past this are corrupt (src/model/lease.rs `MAX_DEADLINE_MS`).
 const MAX_DEADLINE: u64 = FENCE_LIMIT / 1024 + MAX_TTL;
 const WAIT: Duration = Duration::from_secs(10);
 
-const RESOURCE_ERR: &str = "ERR LEASE.FENCE: the inner command may not use the resource key itself";
 const WAITERS_ERR: &str = "ERR too many clients already wait for this key (see lease.max-waiters)";
-
-fn forbidden(name: &str) -> String {
-    format!(
-        "ERR LEASE.FENCE cannot run '{name}': blocking, scripting, transaction, admin and dangerous commands are not allowed"
-    )
-}
 
 // ---------------------------------------------------------------------------------------
 // Commands and replies
 // ---------------------------------------------------------------------------------------
-
-/// A command from byte-string arguments.
-fn cmd<A: AsRef<[u8]>>(args: &[A]) -> redis::Cmd {
-    let mut c = redis::Cmd::new();
-    for a in args {
-        c.arg(a.as_ref());
-    }
-    c
-}
-
-/// The first words of a command, for messages (huge commands stay readable).
-fn describe(c: &redis::Cmd) -> String {
-    let words: Vec<String> = c
-        .args_iter()
-        .take(8)
-        .map(|arg| match arg {
-            redis::Arg::Simple(bytes) if bytes.len() > 40 => {
-                format!("<{} bytes>", bytes.len())
-            }
-            redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-            _ => "<cursor>".to_string(),
-        })
-        .collect();
-    let total = c.args_iter().count();
-    if total > 8 {
-        format!("{} ... ({total} arguments)", words.join(" "))
-    } else {
-        words.join(" ")
-    }
-}
-
-/// Sends a command; the reply as the server sent it, error replies included.
-fn send(con: &mut Connection, c: &redis::Cmd) -> Value {
-    con.req_command(c)
-        .unwrap_or_else(|e| panic!("`{}` got no reply: {e}", describe(c)))
-}
-
-/// `q!(con, "NAME", arg, ...)`: any `ToRedisArgs` arguments, reply as sent.
-macro_rules! q {
-    ($con:expr, $($arg:expr),+ $(,)?) => {{
-        let mut c = redis::Cmd::new();
-        $( c.arg($arg); )+
-        send($con, &c)
-    }};
-}
 
 /// Every string in a reply, however nested.
 fn flatten(v: &Value, out: &mut Vec<Vec<u8>>) {
@@ -125,64 +75,8 @@ fn reply_contains(v: &Value, needle: &[u8]) -> bool {
     parts.iter().any(|p| contains(p, needle))
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock before 1970")
-        .as_millis() as u64
-}
-
-/// `LEASE.ACQUIRE key ttl TOKEN token` that must be granted; returns the fence.
-fn take(con: &mut Connection, key: &str, ttl: u64, token: &[u8]) -> i64 {
-    match q!(con, "LEASE.ACQUIRE", key, ttl, "TOKEN", token) {
-        Value::Array(items) => match items.as_slice() {
-            [Value::BulkString(t), Value::Int(fence)] if t == token => *fence,
-            other => panic!("LEASE.ACQUIRE {key}: {other:?}"),
-        },
-        other => panic!("LEASE.ACQUIRE {key} was not granted: {other:?}"),
-    }
-}
-
-/// LEASE.INFO as (state, fence, waiters); None for nil.
-fn lease_info(con: &mut Connection, key: &str) -> Option<(String, i64, i64)> {
-    let reply = q!(con, "LEASE.INFO", key);
-    let items = match reply {
-        Value::Nil => return None,
-        Value::Array(items) => items,
-        Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-        other => panic!("LEASE.INFO {key}: {other:?}"),
-    };
-    let (mut state, mut fence, mut waiters) = (String::new(), -1, -1);
-    for pair in items.chunks(2) {
-        let [k, v] = pair else {
-            panic!("LEASE.INFO {key}: odd reply")
-        };
-        match text(k.clone(), "LEASE.INFO field").as_str() {
-            "state" => state = text(v.clone(), "state"),
-            "fence" => fence = int(v.clone(), "fence"),
-            "waiters" => waiters = int(v.clone(), "waiters"),
-            _ => {}
-        }
-    }
-    Some((state, fence, waiters))
-}
-
-fn exists(con: &mut Connection, key: &str) -> bool {
-    int(q!(con, "EXISTS", key), "EXISTS") == 1
-}
-
 fn ping(con: &mut Connection, what: &str) {
     assert_eq!(text(q!(con, "PING"), "PING"), "PONG", "PING after {what}");
-}
-
-/// A numeric field of `INFO lease`.
-fn stat(server: &Server, field: &str) -> i64 {
-    let value = server
-        .info_field("lease", field)
-        .unwrap_or_else(|| panic!("INFO lease has no {field}"));
-    value
-        .parse()
-        .unwrap_or_else(|e| panic!("INFO lease {field}:{value}: {e}"))
 }
 
 /// What must not change when a command is refused: the number of keys, the digest of
@@ -191,8 +85,8 @@ fn stat(server: &Server, field: &str) -> i64 {
 struct Snapshot {
     dbsize: i64,
     digest: String,
-    lease_values: i64,
-    record_values: i64,
+    lease_values: u64,
+    record_values: u64,
 }
 
 fn snapshot(server: &Server) -> Snapshot {
@@ -200,8 +94,8 @@ fn snapshot(server: &Server) -> Snapshot {
     Snapshot {
         dbsize: int(q!(con, "DBSIZE"), "DBSIZE"),
         digest: text(q!(con, "DEBUG", "DIGEST"), "DEBUG DIGEST"),
-        lease_values: stat(server, "lease_keys"),
-        record_values: stat(server, "lease_resource_keys"),
+        lease_values: lease_stat(server, "keys"),
+        record_values: lease_stat(server, "resource_keys"),
     }
 }
 
@@ -236,117 +130,18 @@ fn acl_user(con: &mut Connection, user: &str, rules: &[&str]) {
     assert_ok(send(con, &c), &format!("ACL SETUSER {user} {rules:?}"));
 }
 
-fn login(server: &Server, user: &str) -> Connection {
-    let mut con = server.client();
-    assert_ok(q!(&mut con, "AUTH", user, "pw"), &format!("AUTH {user}"));
-    con
-}
-
 fn is_noperm(e: &str) -> bool {
     e.starts_with("NOPERM")
 }
 
 // ---------------------------------------------------------------------------------------
-// DUMP payloads: <value> <RDB version: 2 bytes LE> <CRC64 of both: 8 bytes LE>. A module
-// value: type 7 (RDB_TYPE_MODULE_2), the module id as an RDB length (0x81 + 8 bytes big
-// endian: the 9-character type name, 6 bits a character, then 10 bits of encoding
-// version), each saved field behind an opcode (2 = unsigned, 5 = string), opcode 0 (EOF).
+// Crafted DUMP payloads (the encoder and the format: tests/common/rdb.rs)
 // ---------------------------------------------------------------------------------------
 
 #[test]
 fn crc64_is_redis_crc64() {
     // The check value Redis's own crc64 test uses.
     assert_eq!(crc64(b"123456789"), 0xe9c6_d914_c4b8_d9ca);
-}
-
-const TYPE_NAME_CHARSET: &[u8; 64] =
-    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-
-/// The module type id Redis derives from a 9-character type name and an encoding version.
-fn module_id(name: &str, encver: u64) -> u64 {
-    assert_eq!(name.len(), 9);
-    let id = name.bytes().fold(0u64, |id, c| {
-        let index = TYPE_NAME_CHARSET
-            .iter()
-            .position(|&x| x == c)
-            .expect("a type name character") as u64;
-        (id << 6) | index
-    });
-    (id << 10) | (encver & 1023)
-}
-
-/// Builds a module value field by field.
-#[derive(Clone)]
-struct Body(Vec<u8>);
-
-impl Body {
-    fn new(type_name: &str, encver: u64) -> Body {
-        let mut b = vec![7, 0x81];
-        b.extend_from_slice(&module_id(type_name, encver).to_be_bytes());
-        Body(b)
-    }
-
-    fn unsigned(mut self, v: u64) -> Body {
-        self.0.push(2);
-        rdb_len(&mut self.0, v);
-        self
-    }
-
-    fn string(mut self, s: &[u8]) -> Body {
-        self.0.push(5);
-        rdb_len(&mut self.0, s.len() as u64);
-        self.0.extend_from_slice(s);
-        self
-    }
-
-    /// A string opcode and a length with fewer bytes behind it than it promises.
-    fn string_len_only(mut self, len: u64) -> Body {
-        self.0.push(5);
-        rdb_len(&mut self.0, len);
-        self
-    }
-
-    fn raw(mut self, bytes: &[u8]) -> Body {
-        self.0.extend_from_slice(bytes);
-        self
-    }
-
-    fn eof(self) -> Body {
-        self.raw(&[0])
-    }
-
-    fn lease(fence: u64, deadline: u64, token: &[u8]) -> Body {
-        Body::new("lease-key", 1)
-            .unsigned(fence)
-            .unsigned(deadline)
-            .string(token)
-            .eof()
-    }
-
-    fn record(highest: u64) -> Body {
-        Body::new("fence-rec", 1).unsigned(highest).eof()
-    }
-
-    fn cut(&self, len: usize) -> Body {
-        Body(self.0[..len].to_vec())
-    }
-}
-
-/// DUMP of `key`, checked, split into value and RDB version.
-fn dump(con: &mut Connection, key: &str) -> (Vec<u8>, [u8; 2]) {
-    let payload = match q!(con, "DUMP", key) {
-        Value::BulkString(p) => p,
-        other => panic!("DUMP {key}: {other:?}"),
-    };
-    let (signed, crc) = payload.split_at(payload.len() - 8);
-    let crc = u64::from_le_bytes(crc.try_into().expect("8 bytes"));
-    assert_eq!(crc64(signed), crc, "the CRC64 of DUMP {key}");
-    let (body, version) = signed.split_at(signed.len() - 2);
-    (body.to_vec(), [version[0], version[1]])
-}
-
-fn restore(con: &mut Connection, key: &str, payload: &[u8]) -> Value {
-    q!(con, "RESTORE", key, 0, payload)
 }
 
 /// The crafted payloads of `restore_of_crafted_payloads_fails_and_changes_nothing`.
@@ -519,8 +314,13 @@ for_each_server!(
         assert_ok(q!(&mut con, "SET", "plain", "v"), "SET");
         let fence = take(&mut con, "lease:src", 10 * MINUTE, b"tok-src");
         assert_eq!(q!(&mut con, "LEASE.FENCE", "res:src", 5), Value::Int(5));
-        let (lease_body, version) = dump(&mut con, "lease:src");
-        let (record_body, _) = dump(&mut con, "res:src");
+        let Dump {
+            body: lease_body,
+            version,
+        } = dump(&mut con, "lease:src");
+        let Dump {
+            body: record_body, ..
+        } = dump(&mut con, "res:src");
         let live = now_ms() + 10 * MINUTE;
         // The test's encoder writes what the module writes: the real values re-encoded are
         // the DUMP bodies byte for byte, and crafted well-formed values load.
@@ -531,7 +331,7 @@ for_each_server!(
             u64::from_be_bytes(d)
         };
         assert_eq!(
-            Body::lease(fence as u64, deadline, b"tok-src").0,
+            Body::lease(fence, deadline, b"tok-src").0,
             lease_body,
             "the test's lease-key encoding"
         );
@@ -543,7 +343,7 @@ for_each_server!(
         let good = seal(&Body::lease(12_345, live, b"crafted").0, version);
         assert_ok(restore(&mut con, "lease:crafted", &good), "a crafted lease");
         assert_eq!(
-            lease_info(&mut con, "lease:crafted"),
+            lease_info(&mut con, "lease:crafted").map(|i| (i.state, i.fence, i.waiters)),
             Some(("held".to_string(), 12_345, 0))
         );
         assert_eq!(int(q!(&mut con, "DEL", "lease:crafted"), "DEL"), 1);
@@ -554,13 +354,7 @@ for_each_server!(
         let cases = crafted_payloads(live);
         assert!(cases.len() >= 40, "{} cases", cases.len());
         for &setting in flavor.sanitize_dump_payload_settings() {
-            if let Some(sanitize) = setting {
-                assert_ok(
-                    q!(&mut con, "CONFIG", "SET", "sanitize-dump-payload", sanitize),
-                    "CONFIG SET sanitize-dump-payload",
-                );
-            }
-            let sanitize = setting.unwrap_or("always");
+            let sanitize = sanitize_dump_payload(&mut con, setting);
             for (what, body) in &cases {
                 let what = format!("RESTORE of {what} (sanitize-dump-payload {sanitize})");
                 let payload = seal(&body.0, version);
@@ -584,7 +378,7 @@ for_each_server!(
         match error_text(&reply) {
             Some(e) => assert!(e.contains("Bad data format"), "{e}"),
             None => assert_eq!(
-                lease_info(&mut con, "lease:trailing"),
+                lease_info(&mut con, "lease:trailing").map(|i| (i.state, i.fence, i.waiters)),
                 Some(("held".to_string(), 12_345, 0))
             ),
         }
@@ -611,7 +405,7 @@ for_each_server!(
             1
         );
         assert_eq!(
-            lease_info(&mut con, "lease:src"),
+            lease_info(&mut con, "lease:src").map(|i| (i.state, i.fence, i.waiters)),
             Some(("held".to_string(), fence, 0))
         );
         assert_eq!(q!(&mut con, "LEASE.FENCE", "res:src", 5), Value::Int(5));
@@ -717,8 +511,12 @@ for_each_server!(
         let fence = take(&mut con, "lease:a", 10 * MINUTE, b"tok-a");
         assert_eq!(q!(&mut con, "LEASE.FENCE", "res:a", 5), Value::Int(5));
         assert_ok(q!(&mut con, "SET", "plain", "v"), "SET");
-        let (lease_body, _) = dump(&mut con, "lease:a");
-        let (record_body, _) = dump(&mut con, "res:a");
+        let Dump {
+            body: lease_body, ..
+        } = dump(&mut con, "lease:a");
+        let Dump {
+            body: record_body, ..
+        } = dump(&mut con, "res:a");
         assert_ok(q!(&mut con, "SAVE"), "SAVE");
         drop(con);
         server.stop();
@@ -732,7 +530,7 @@ for_each_server!(
         let lease_id = module_id("lease-key", 1);
         let aux = aux_value_range(&original, lease_id);
         let mut bad_aux = vec![2];
-        rdb_len(&mut bad_aux, FENCE_LIMIT);
+        push_len(&mut bad_aux, FENCE_LIMIT);
         let corruptions = [
             (
                 "a lease fence of 2^53",
@@ -788,7 +586,7 @@ for_each_server!(
         server.start_again();
         let mut con = server.client();
         assert_eq!(
-            lease_info(&mut con, "lease:a"),
+            lease_info(&mut con, "lease:a").map(|i| (i.state, i.fence, i.waiters)),
             Some(("held".to_string(), fence, 0))
         );
         assert_eq!(q!(&mut con, "LEASE.FENCE", "res:a", 5), Value::Int(5));
@@ -1190,7 +988,7 @@ fn commands_with_tokens(
         send(&mut waiter, &c)
     });
     wait_until("the waiter to block", WAIT, || {
-        lease_info(con, "k").is_some_and(|(_, _, w)| w == 1)
+        lease_info(con, "k").is_some_and(|i| i.waiters == 1)
     });
     assert_eq!(
         int(
@@ -1459,7 +1257,7 @@ for_each_server!(waiters_per_key_are_bounded, |flavor| {
                 )
             });
             wait_until("the waiter to block", WAIT, || {
-                lease_info(&mut con, "busy").is_some_and(|(_, _, w)| w == i + 1)
+                lease_info(&mut con, "busy").is_some_and(|info| info.waiters == i + 1)
             });
             handle
         })
@@ -1494,7 +1292,7 @@ for_each_server!(waiters_per_key_are_bounded, |flavor| {
         )
     });
     wait_until("the other waiter", WAIT, || {
-        lease_info(&mut con, "other").is_some_and(|(_, _, w)| w == 1)
+        lease_info(&mut con, "other").is_some_and(|i| i.waiters == 1)
     });
     // The queue drains in order, and a place frees up for a new waiter.
     assert_eq!(
@@ -1504,7 +1302,7 @@ for_each_server!(waiters_per_key_are_bounded, |flavor| {
     let mut waiters = waiters.into_iter();
     let first = waiters.next().expect("first").join().expect("first waiter");
     assert!(reply_contains(&first, b"waiter-0"), "{first:?}");
-    assert_eq!(lease_info(&mut con, "busy").map(|i| i.2), Some(1));
+    assert_eq!(lease_info(&mut con, "busy").map(|i| i.waiters), Some(1));
     assert_eq!(
         int(q!(&mut con, "LEASE.RELEASE", "busy", "waiter-0"), "RELEASE"),
         1
@@ -1692,10 +1490,7 @@ for_each_server!(huge_argument_counts, |flavor| {
 
 /// `used_memory` of `INFO memory`.
 fn used_memory(server: &Server) -> i64 {
-    let value = server
-        .info_field("memory", "used_memory")
-        .expect("INFO memory used_memory");
-    value.parse().expect("used_memory is a number")
+    info_number(server, "memory", "used_memory") as i64
 }
 
 for_each_server!(fence_with_many_inner_keys_does_not_leak, |flavor| {
@@ -1741,8 +1536,8 @@ for_each_server!(
         let server = Server::start(flavor);
         let mut con = server.client();
         take(&mut con, "lease:src", MINUTE, b"t");
-        let (_, version) = dump(&mut con, "lease:src");
-        let last = stat(&server, "lease_fence_last");
+        let Dump { body: _, version } = dump(&mut con, "lease:src");
+        let last = lease_stat(&server, "fence_last");
         let top = FENCE_LIMIT - 1;
         let cases = [
             (
@@ -1764,12 +1559,12 @@ for_each_server!(
         ];
         let mut moved = Vec::new();
         for (what, body) in cases {
-            let before = stat(&server, "lease_fence_last");
+            let before = lease_stat(&server, "fence_last");
             let mut c = cmd(&["RESTORE", "victim", "0"]);
             c.arg(seal(&body.0, version));
             let error = refused(&server, &mut con, &c, |e| e.starts_with("ERR"));
             assert!(error.contains("Bad data format"), "{what}: {error}");
-            let after = stat(&server, "lease_fence_last");
+            let after = lease_stat(&server, "fence_last");
             if after != before {
                 moved.push(format!(
                     "a refused RESTORE of {what}: fence_last {before} -> {after}"

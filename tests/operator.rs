@@ -13,55 +13,22 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::calls::{call, int, release, renew, stale, text};
-use common::lease::{lease_info, lease_payload, lease_stat};
-use common::reply::{assert_ok, error_text, expect_error};
-use common::{module_path, wait_until, Server, ServerOptions};
+use common::calls::{call, digest, int, pttl, release, renew, stale, take};
+use common::lease::{dump, lease_dump, lease_info, lease_stat};
+use common::reply::{assert_ok, error_text, expect_error, granted, FENCE_LIMIT};
+use common::waiter::Waiter;
+use common::{free_port, module_path, now_ms, wait_until, Server, ServerOptions};
 use redis::{Connection, Value};
 
 const MINUTE: u64 = 60_000;
-const FENCE_LIMIT: u64 = 1 << 53;
 const MAX_TTL: u64 = 1 << 40;
 /// `MAX_AHEAD` in src/model/lease.rs: how far above its clock floor anything observed may
 /// carry a node's fence sequence.
 const MAX_AHEAD: u64 = 30 * 86_400_000 * 1024;
 const WAIT: Duration = Duration::from_secs(10);
 const READONLY: &str = "READONLY You can't write against a read only replica.";
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock before 1970")
-        .as_millis() as u64
-}
-
-/// `LEASE.ACQUIRE key ttl TOKEN token`, which must be granted; returns the fence.
-fn take(con: &mut Connection, key: &str, ttl: u64, token: &str) -> u64 {
-    match call(con, "LEASE.ACQUIRE", (key, ttl, "TOKEN", token)) {
-        Value::Array(items) => match items.as_slice() {
-            [Value::BulkString(t), Value::Int(fence)] if t == token.as_bytes() => *fence as u64,
-            other => panic!("LEASE.ACQUIRE {key}: {other:?}"),
-        },
-        other => panic!("LEASE.ACQUIRE {key} was not granted: {other:?}"),
-    }
-}
-
-fn pttl(con: &mut Connection, key: &str) -> i64 {
-    int(call(con, "PTTL", key))
-}
-
-fn dump(con: &mut Connection, key: &str) -> Vec<u8> {
-    match call(con, "DUMP", key) {
-        Value::BulkString(p) => p,
-        other => panic!("DUMP {key}: {other:?}"),
-    }
-}
-
-fn digest(server: &Server) -> String {
-    text(call(&mut server.client(), "DEBUG", "DIGEST"))
-}
 
 // ---------------------------------------------------------------------------------------
 // Redis TTLs
@@ -108,13 +75,13 @@ for_each_server!(a_redis_ttl_never_stays_on_a_lease_or_record, |flavor| {
     );
     // RESTORE with a TTL, and a TTL carried into a transaction by RESTORE then RENAME:
     // gone once the command (or EXEC) is done.
-    let payload = dump(&mut con, "R");
+    let payload = dump(&mut con, "R").payload();
     assert_ok(
         call(&mut con, "RESTORE", ("R2", 5_000, &payload[..])),
         "RESTORE with a TTL",
     );
     assert_eq!(pttl(&mut con, "R2"), -1);
-    let lease_dump = dump(&mut con, "L");
+    let lease_dump = dump(&mut con, "L").payload();
     assert_ok(call(&mut con, "MULTI", Vec::<String>::new()), "MULTI");
     call(&mut con, "RESTORE", ("tmp", 5_000, &lease_dump[..]));
     call(&mut con, "RENAME", ("tmp", "L2"));
@@ -168,7 +135,7 @@ for_each_server!(restore_replace_never_lowers_a_fence, |flavor| {
 
     // A record: an older highest restored over a newer one keeps the newer.
     call(&mut con, "LEASE.FENCE", ("R", 100));
-    let old_record = dump(&mut con, "R");
+    let old_record = dump(&mut con, "R").payload();
     call(&mut con, "LEASE.FENCE", ("R", 200));
     assert_ok(
         call(&mut con, "RESTORE", ("R", 0, &old_record[..], "REPLACE")),
@@ -179,7 +146,7 @@ for_each_server!(restore_replace_never_lowers_a_fence, |flavor| {
     assert_eq!(call(&mut con, "GET", "data"), Value::Nil);
     // A newer one restored over an older one is taken as it is.
     call(&mut con, "LEASE.FENCE", ("R3", 300));
-    let newer_record = dump(&mut con, "R3");
+    let newer_record = dump(&mut con, "R3").payload();
     call(&mut con, "RESTORE", ("R", 0, &newer_record[..], "REPLACE"));
     let reply = call(&mut con, "LEASE.FENCE", ("R", 250));
     assert_eq!(expect_error(&reply, "fence 250"), stale(250, 300));
@@ -187,7 +154,7 @@ for_each_server!(restore_replace_never_lowers_a_fence, |flavor| {
     // A lease: an older grant restored over a newer one comes back free, with the
     // newer fence; neither token holds it.
     let first = take(&mut con, "L", MINUTE, "old");
-    let old_lease = dump(&mut con, "L");
+    let old_lease = dump(&mut con, "L").payload();
     assert_eq!(release(&mut con, "L", "old"), 1);
     let second = take(&mut con, "L", MINUTE, "new");
     assert!(second > first);
@@ -253,14 +220,14 @@ for_each_server!(one_client_fence_cannot_end_the_grants_of_a_node, |flavor| {
         ("127.0.0.1", b.port, "R", 0, 5_000, "COPY"),
     );
     assert_ok(reply, "MIGRATE R");
-    let payload = dump(&mut acon, "R");
+    let payload = dump(&mut acon, "R").payload();
     assert_ok(
         call(&mut bcon, "RESTORE", ("R2", 0, &payload[..])),
         "RESTORE R2",
     );
     // A crafted lease with a fence one below the limit, too.
     let template = dump(&mut bcon, "before");
-    let crafted = lease_payload(&template, top - 1, 0, b"");
+    let crafted = lease_dump(&template, top - 1, 0, b"").payload();
     assert_ok(
         call(&mut bcon, "RESTORE", ("crafted", 0, &crafted[..])),
         "RESTORE of a free lease near 2^53",
@@ -359,36 +326,10 @@ for_each_server!(a_writable_replica_refuses_lease_writes, |flavor| {
 // Waiters whose key is flushed, swapped or overwritten
 // ---------------------------------------------------------------------------------------
 
-/// A client blocked in `LEASE.ACQUIRE key 10000 TOKEN waiter BLOCK 0`, on its own
-/// thread; the reply comes back through the handle.
-fn blocked_waiter(server: &Server, key: &str) -> thread::JoinHandle<Value> {
-    let mut con = server.client();
-    let key = key.to_string();
-    let handle = thread::spawn(move || {
-        call(
-            &mut con,
-            "LEASE.ACQUIRE",
-            (&key, 10_000, "TOKEN", "waiter", "BLOCK", 0),
-        )
-    });
-    wait_until("the waiter to block", WAIT, || {
-        lease_stat(server, "waiters") == 1
-    });
-    handle
-}
-
-fn answered(server: &Server, waiter: thread::JoinHandle<Value>, what: &str) -> Value {
-    wait_until(
-        &format!("the waiter to be answered after {what}"),
-        WAIT,
-        || waiter.is_finished(),
-    );
+fn answered(server: &Server, waiter: Waiter, what: &str) -> Value {
+    let (reply, _) = waiter.reply(WAIT, &format!("the waiter after {what}"));
     assert_eq!(lease_stat(server, "waiters"), 0, "after {what}");
-    waiter.join().expect("the waiter's thread")
-}
-
-fn is_grant(reply: &Value) -> bool {
-    matches!(reply, Value::Array(items) if items.first() == Some(&Value::BulkString(b"waiter".to_vec())))
+    reply
 }
 
 for_each_server!(
@@ -406,10 +347,10 @@ for_each_server!(
         for op in ops {
             let what = op.join(" ");
             let fence = take(&mut con, "L", MINUTE, "holder");
-            let waiter = blocked_waiter(&server, "L");
+            let waiter = Waiter::block(&server, "L", 10_000, "waiter", 0, &[]);
             call(&mut con, op[0], &op[1..]);
             let reply = answered(&server, waiter, &what);
-            assert!(is_grant(&reply), "{what}: {reply:?}");
+            assert!(granted(&reply, "waiter").is_some(), "{what}: {reply:?}");
             // The waiter holds the key now, above the fence it had.
             let info = lease_info(&mut con, "L").expect("L");
             assert_eq!(info.state, "held", "{what}");
@@ -431,7 +372,7 @@ for_each_server!(
         let server = Server::start(flavor);
         let mut con = server.client();
         assert_ok(call(&mut con, "SET", ("s", "x")), "SET s");
-        let string_dump = dump(&mut con, "s");
+        let string_dump = dump(&mut con, "s").payload();
         let ops: [&[&str]; 4] = [
             &["SET", "L", "x"],
             &["RENAME", "s", "L"],
@@ -441,7 +382,7 @@ for_each_server!(
         for op in ops {
             let what = op.join(" ");
             take(&mut con, "L", MINUTE, "holder");
-            let waiter = blocked_waiter(&server, "L");
+            let waiter = Waiter::block(&server, "L", 10_000, "waiter", 0, &[]);
             call(&mut con, op[0], &op[1..]);
             let reply = answered(&server, waiter, &what);
             let error = expect_error(&reply, &what);
@@ -453,7 +394,7 @@ for_each_server!(
             call(&mut con, "DEL", "L");
         }
         take(&mut con, "L", MINUTE, "holder");
-        let waiter = blocked_waiter(&server, "L");
+        let waiter = Waiter::block(&server, "L", 10_000, "waiter", 0, &[]);
         call(&mut con, "RESTORE", ("L", 0, &string_dump[..], "REPLACE"));
         let reply = answered(&server, waiter, "RESTORE REPLACE");
         assert!(expect_error(&reply, "RESTORE").starts_with("WRONGTYPE"));
@@ -463,11 +404,6 @@ for_each_server!(
 // ---------------------------------------------------------------------------------------
 // Module arguments
 // ---------------------------------------------------------------------------------------
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local address").port()
-}
 
 /// Starts the server with `loadmodule <module> <args>` and expects it to exit: returns
 /// what it printed.
@@ -613,11 +549,11 @@ for_each_server!(crafted_deadlines_are_refused, |flavor| {
     let cases: [(&str, Vec<u8>); 2] = [
         (
             "a deadline past now + 2^40",
-            lease_payload(&template, 5, now_ms() + MAX_TTL + MINUTE, b"t"),
+            lease_dump(&template, 5, now_ms() + MAX_TTL + MINUTE, b"t").payload(),
         ),
         (
             "a deadline with an empty token",
-            lease_payload(&template, 5, now_ms() + MINUTE, b""),
+            lease_dump(&template, 5, now_ms() + MINUTE, b"").payload(),
         ),
     ];
     for (what, payload) in cases {
@@ -627,7 +563,7 @@ for_each_server!(crafted_deadlines_are_refused, |flavor| {
         assert_eq!(int(call(&mut con, "EXISTS", "victim")), 0, "{what}");
     }
     // The longest ttl itself still restores.
-    let longest = lease_payload(&template, 5, now_ms() + MAX_TTL - MINUTE, b"t");
+    let longest = lease_dump(&template, 5, now_ms() + MAX_TTL - MINUTE, b"t").payload();
     assert_ok(
         call(&mut con, "RESTORE", ("ok", 0, &longest[..])),
         "longest ttl",
@@ -831,10 +767,10 @@ for_each_server!(a_renewal_to_a_shorter_ttl_expires_on_time, |flavor| {
     let mut con = server.client();
     take(&mut con, "L", MINUTE, "a");
     assert_eq!(renew(&mut con, "L", "a", 300), 1);
-    let waiter = blocked_waiter(&server, "L");
+    let waiter = Waiter::block(&server, "L", 10_000, "waiter", 0, &[]);
     // Served at the new deadline, not a minute later.
     let reply = answered(&server, waiter, "the shortened lease's deadline");
-    assert!(is_grant(&reply), "{reply:?}");
+    assert!(granted(&reply, "waiter").is_some(), "{reply:?}");
     assert_eq!(lease_stat(&server, "expired"), 1);
     // And without a waiter the reaper deletes it at its deadline.
     take(&mut con, "M", MINUTE, "a");

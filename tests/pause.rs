@@ -18,16 +18,16 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use common::calls::{call, int, text};
+use common::calls::{call, digest, int, take, text, NONE};
 use common::cluster::{Cluster, ClusterOptions};
-use common::lease::{lease_info, lease_stat};
-use common::reply::{assert_ok, error_text};
-use common::{wait_until, Flavor, Server, ServerOptions};
-use redis::{Connection, ConnectionLike, Value};
+use common::lease::{lease_info, lease_stat, waiters};
+use common::reply::{assert_ok, error_text, granted};
+use common::waiter::{raw_blocked_acquire, Waiter};
+use common::{info_number, join, master_and_replica, wait_until, Flavor, Server, ServerOptions};
+use redis::{Connection, Value};
 
 /// How long each `CLIENT PAUSE` lasts.
 const PAUSE: Duration = Duration::from_millis(1_500);
@@ -39,29 +39,9 @@ const REAPER_SLACK: Duration = Duration::from_millis(200);
 /// How long after a pause ends the reaper and the waiters get to catch up.
 const RESUME_TIMEOUT: Duration = Duration::from_secs(5);
 const LONG_TTL: u64 = 60_000;
-const NONE: &[&str] = &[];
 
 // ---------------------------------------------------------------------------
 // Commands
-
-/// `LEASE.ACQUIRE key ttl TOKEN token` on a free key: its fence.
-fn grant(con: &mut Connection, key: &str, ttl: u64, token: &str) -> u64 {
-    let reply = call(con, "LEASE.ACQUIRE", (key, ttl, "TOKEN", token));
-    granted_fence(reply, token, &format!("LEASE.ACQUIRE {key} TOKEN {token}"))
-}
-
-/// The fence of a `[token, fence]` grant to `token`; panics on anything else.
-fn granted_fence(reply: Value, token: &str, what: &str) -> u64 {
-    match &reply {
-        Value::Array(items) => match items.as_slice() {
-            [Value::BulkString(t), Value::Int(fence)] if t == token.as_bytes() && *fence > 0 => {
-                *fence as u64
-            }
-            _ => panic!("{what} answered {reply:?}, not a grant to {token}"),
-        },
-        _ => panic!("{what} answered {reply:?}, not a grant to {token}"),
-    }
-}
 
 /// When a lease expires, as the test can bound it: no earlier than its ttl after the
 /// grant was asked for, no later than its ttl after the grant came back.
@@ -71,11 +51,11 @@ struct Deadline {
     latest: Instant,
 }
 
-/// `grant` of a lease meant to expire soon: its fence and its deadline.
+/// `take` of a lease meant to expire soon: its fence and its deadline.
 fn grant_short(con: &mut Connection, key: &str, ttl: u64, token: &str) -> (u64, Deadline) {
     let ttl_d = Duration::from_millis(ttl);
     let earliest = Instant::now() + ttl_d;
-    let fence = grant(con, key, ttl, token);
+    let fence = take(con, key, ttl, token);
     let latest = Instant::now() + ttl_d;
     (fence, Deadline { earliest, latest })
 }
@@ -103,10 +83,6 @@ fn assert_before(began_by: Instant, deadline: &Deadline, what: &str) {
     );
 }
 
-fn digest(server: &Server) -> String {
-    text(call(&mut server.client(), "DEBUG", "DIGEST"))
-}
-
 fn role(server: &Server) -> String {
     server
         .info_field("replication", "role")
@@ -116,37 +92,6 @@ fn role(server: &Server) -> String {
 /// The state `LEASE.INFO` reports, "nil" for no record.
 fn state(con: &mut Connection, key: &str) -> String {
     lease_info(con, key).map_or_else(|| "nil".to_string(), |i| i.state)
-}
-
-fn waiters(con: &mut Connection, key: &str) -> i64 {
-    lease_info(con, key).map_or(0, |i| i.waiters)
-}
-
-/// `replica.replicaof(master)`, then waits until the master streams writes to it:
-/// after a diskless full sync Redis 7.0 holds the stream back until the replica's
-/// first `REPLCONF ACK`, up to a second that a test racing a deadline cannot spend.
-fn attach(replica: &Server, master: &Server) {
-    replica.replicaof(master);
-    let mut m = master.client();
-    let mut r = replica.client();
-    assert_ok(
-        call(&mut m, "SET", ("attach:marker", "1")),
-        "SET attach:marker",
-    );
-    wait_until(
-        "the master to stream writes to the new replica",
-        Duration::from_secs(5),
-        || int(call(&mut r, "EXISTS", "attach:marker")) == 1,
-    );
-    assert_eq!(int(call(&mut m, "DEL", "attach:marker")), 1);
-    replica.wait_for_sync(master);
-}
-
-fn master_and_replica(flavor: Flavor) -> (Server, Server) {
-    let master = Server::start(flavor);
-    let replica = Server::start(flavor);
-    attach(&replica, &master);
-    (master, replica)
 }
 
 fn aof_server(flavor: Flavor) -> Server {
@@ -222,102 +167,7 @@ impl Pause {
 }
 
 // ---------------------------------------------------------------------------
-// Blocked clients, each on its own connection and thread
-
-/// What a blocked `LEASE.ACQUIRE` got: its reply (error replies included), or how its
-/// connection failed; and when.
-type Outcome = (Result<Value, String>, Instant);
-
-/// A blocked `LEASE.ACQUIRE` on its own thread.
-struct Waiter {
-    client_id: i64,
-    rx: Receiver<Outcome>,
-    handle: JoinHandle<()>,
-}
-
-impl Waiter {
-    /// Sends `LEASE.ACQUIRE key 10000 TOKEN token BLOCK block` and returns once the
-    /// server counts it as the `position`th waiter of `key`.
-    fn block(server: &Server, key: &str, token: &str, block: u64, position: i64) -> Waiter {
-        let mut con = server.client();
-        // A reply that never comes fails the test instead of hanging it.
-        con.set_read_timeout(Some(PAUSE + RESUME_TIMEOUT + Duration::from_secs(5)))
-            .unwrap_or_else(|e| panic!("cannot set a read timeout: {e}"));
-        let client_id = int(call(&mut con, "CLIENT", "ID"));
-        let (tx, rx) = mpsc::channel();
-        let (key_owned, token_owned) = (key.to_string(), token.to_string());
-        let handle = thread::spawn(move || {
-            let mut cmd = redis::cmd("LEASE.ACQUIRE");
-            cmd.arg(&key_owned)
-                .arg(10_000)
-                .arg("TOKEN")
-                .arg(&token_owned)
-                .arg("BLOCK")
-                .arg(block);
-            let reply = con.req_command(&cmd).map_err(|e| e.to_string());
-            let _ = tx.send((reply, Instant::now()));
-        });
-        let mut watch = server.client();
-        wait_until(
-            &format!("{token} to wait on {key} as waiter {position}"),
-            Duration::from_secs(5),
-            || waiters(&mut watch, key) == position,
-        );
-        Waiter {
-            client_id,
-            rx,
-            handle,
-        }
-    }
-
-    fn assert_waiting(&self, what: &str) {
-        match self.rx.try_recv() {
-            Err(TryRecvError::Empty) => {}
-            Ok(reply) => panic!("{what}: answered {reply:?} while it should still wait"),
-            Err(TryRecvError::Disconnected) => panic!("{what}: the waiter thread is gone"),
-        }
-    }
-
-    /// What the waiter got; joins the thread.
-    fn outcome(self, what: &str) -> Outcome {
-        let got = self
-            .rx
-            .recv_timeout(PAUSE + RESUME_TIMEOUT)
-            .unwrap_or_else(|e| panic!("{what}: no reply: {e}"));
-        join(self.handle);
-        got
-    }
-
-    /// The reply and when it came; panics if the connection failed.
-    fn reply(self, what: &str) -> (Value, Instant) {
-        match self.outcome(what) {
-            (Ok(reply), at) => (reply, at),
-            (Err(e), _) => panic!("{what}: the connection failed: {e}"),
-        }
-    }
-}
-
-/// A blocked `LEASE.ACQUIRE key 10000 TOKEN token BLOCK 0` on a bare socket, which the
-/// test closes while the server holds the client blocked.
-fn raw_blocked_acquire(server: &Server, key: &str, token: &str, position: i64) -> TcpStream {
-    let mut stream = TcpStream::connect(("127.0.0.1", server.port))
-        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.flavor));
-    let args = ["LEASE.ACQUIRE", key, "10000", "TOKEN", token, "BLOCK", "0"];
-    let mut packet = format!("*{}\r\n", args.len());
-    for arg in args {
-        packet.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream
-        .write_all(packet.as_bytes())
-        .unwrap_or_else(|e| panic!("cannot send on a raw socket: {e}"));
-    let mut watch = server.client();
-    wait_until(
-        &format!("{token} to wait on {key} as waiter {position}"),
-        Duration::from_secs(5),
-        || waiters(&mut watch, key) == position,
-    );
-    stream
-}
+// A server that stops answering (blocked clients: tests/common/waiter.rs)
 
 /// Sends `DEBUG SLEEP` for `sleep` to `server` from a thread and returns once the
 /// server has stopped answering: it runs nothing, its timers, replication and cluster
@@ -355,12 +205,6 @@ fn put_to_sleep(server: &Server, sleep: Duration) -> (Instant, JoinHandle<()>) {
     (sent, handle)
 }
 
-fn join(handle: JoinHandle<()>) {
-    if let Err(panic) = handle.join() {
-        std::panic::resume_unwind(panic);
-    }
-}
-
 // ---------------------------------------------------------------------------
 // 1. AOF on, CLIENT PAUSE WRITE and ALL
 
@@ -369,7 +213,7 @@ for_each_server!(
     |flavor| {
         let server = aof_server(flavor);
         let mut con = server.client();
-        let live = grant(&mut con, "live", LONG_TTL, "l");
+        let live = take(&mut con, "live", LONG_TTL, "l");
         let expired_before = lease_stat(&server, "expired");
         let (first, deadline) = grant_short(&mut con, "e", SHORT_TTL, "a");
 
@@ -402,7 +246,7 @@ for_each_server!(
         assert_eq!(lease_info(&mut con, "e"), None);
         let kept = lease_info(&mut con, "live").expect("the live lease after LOADAOF");
         assert_eq!((kept.state.as_str(), kept.fence), ("held", live));
-        assert!(grant(&mut con, "e", LONG_TTL, "b") > first);
+        assert!(take(&mut con, "e", LONG_TTL, "b") > first);
     }
 );
 
@@ -411,7 +255,7 @@ for_each_server!(
     |flavor| {
         let mut server = aof_server(flavor);
         let mut con = server.client();
-        let live = grant(&mut con, "live", LONG_TTL, "l");
+        let live = take(&mut con, "live", LONG_TTL, "l");
         let expired_before = lease_stat(&server, "expired");
         let (first, deadline) = grant_short(&mut con, "e", SHORT_TTL, "a");
 
@@ -448,7 +292,7 @@ for_each_server!(
         assert_eq!(lease_info(&mut con, "e"), None);
         let kept = lease_info(&mut con, "live").expect("the live lease after a restart");
         assert_eq!((kept.state.as_str(), kept.fence), ("held", live));
-        assert!(grant(&mut con, "e", LONG_TTL, "b") > first);
+        assert!(take(&mut con, "e", LONG_TTL, "b") > first);
     }
 );
 
@@ -461,7 +305,7 @@ for_each_server!(
         let (master, replica) = master_and_replica(flavor);
         let mut m = master.client();
         let mut r = replica.client();
-        let live = grant(&mut m, "live", LONG_TTL, "l");
+        let live = take(&mut m, "live", LONG_TTL, "l");
         let expired_before = lease_stat(&master, "expired");
         let (_, deadline) = grant_short(&mut m, "e", SHORT_TTL, "a");
 
@@ -500,7 +344,7 @@ for_each_server!(
         let (master, replica) = master_and_replica(flavor);
         let mut m = master.client();
         let (first, deadline) = grant_short(&mut m, "w", SHORT_TTL, "a");
-        let waiter = Waiter::block(&master, "w", "b", 0, 1);
+        let waiter = Waiter::queue(&master, "w", 10_000, "b", 0, 1);
 
         let pause = Pause::start(&master, "WRITE");
         assert_before(pause.began_by, &deadline, "the pause");
@@ -510,13 +354,14 @@ for_each_server!(
         pause.assert_still_on("the waiter");
         assert_eq!((during.state.as_str(), during.waiters), ("free", 1));
 
-        let (reply, at) = waiter.reply("the waiter after the pause");
+        let (reply, at) = waiter.reply(PAUSE + RESUME_TIMEOUT, "the waiter after the pause");
         assert!(
             at >= pause.earliest_end,
             "the waiter was served {:?} before the pause could end",
             pause.earliest_end - at
         );
-        let second = granted_fence(reply, "b", "the waiter's LEASE.ACQUIRE");
+        let second = granted(&reply, "b")
+            .unwrap_or_else(|| panic!("the waiter's LEASE.ACQUIRE answered {reply:?}"));
         assert!(
             second > first,
             "fence {second} after the pause, {first} before"
@@ -551,13 +396,13 @@ for_each_server!(
             earliest: grants[0].1.earliest,
             latest: grants[2].1.latest,
         };
-        let head_u = Waiter::block(&master, "u", "h", 0, 1);
-        let next_u = Waiter::block(&master, "u", "n", 0, 2);
+        let head_u = Waiter::queue(&master, "u", 10_000, "h", 0, 1);
+        let next_u = Waiter::queue(&master, "u", 10_000, "n", 0, 2);
         let head_c = raw_blocked_acquire(&master, "c", "h", 1);
-        let next_c = Waiter::block(&master, "c", "n", 0, 2);
+        let next_c = Waiter::queue(&master, "c", 10_000, "n", 0, 2);
         // Times out 900 ms after it blocked: past the deadline, well inside the pause.
-        let head_t = Waiter::block(&master, "t", "h", 900, 1);
-        let next_t = Waiter::block(&master, "t", "n", 0, 2);
+        let head_t = Waiter::queue(&master, "t", 10_000, "h", 900, 1);
+        let next_t = Waiter::queue(&master, "t", 10_000, "n", 0, 2);
 
         let pause = Pause::start(&master, "WRITE");
         assert_before(pause.began_by, &deadline, "the pause");
@@ -567,8 +412,8 @@ for_each_server!(
             .shutdown(Shutdown::Both)
             .unwrap_or_else(|e| panic!("cannot close the head's socket: {e}"));
         drop(head_c);
-        let (u_reply, _) = head_u.reply("the unblocked head");
-        let (t_reply, t_at) = head_t.reply("the timed-out head");
+        let (u_reply, _) = head_u.reply(PAUSE + RESUME_TIMEOUT, "the unblocked head");
+        let (t_reply, t_at) = head_t.reply(PAUSE + RESUME_TIMEOUT, "the timed-out head");
         for key in ["u", "c", "t"] {
             wait_until(
                 &format!("{key}'s head to leave the queue"),
@@ -596,12 +441,13 @@ for_each_server!(
             .into_iter()
             .zip(first)
         {
-            let (reply, at) = next.reply(&format!("{key}'s second waiter"));
+            let (reply, at) = next.reply(PAUSE + RESUME_TIMEOUT, &format!("{key}'s second waiter"));
             assert!(
                 at >= pause.earliest_end,
                 "{key} was served during the pause"
             );
-            let fence = granted_fence(reply, "n", &format!("{key}'s second waiter"));
+            let fence = granted(&reply, "n")
+                .unwrap_or_else(|| panic!("{key}'s second waiter answered {reply:?}"));
             assert!(fence > first, "{key}: fence {fence} after, {first} before");
         }
         assert_in_step(&master, &replica);
@@ -621,7 +467,7 @@ for_each_server!(
     |flavor| {
         let (old, new) = master_and_replica(flavor);
         let mut o = old.client();
-        let live = grant(&mut o, "live", LONG_TTL, "l");
+        let live = take(&mut o, "live", LONG_TTL, "l");
         new.wait_for_sync(&old);
 
         // FAILOVER pauses writes until the replica has acknowledged everything; asleep
@@ -633,7 +479,7 @@ for_each_server!(
         let sleep = Duration::from_millis(1_000);
         let (slept, sleeper) = put_to_sleep(&new, sleep);
         let (_, w_deadline) = grant_short(&mut o, "w", SHORT_TTL, "a");
-        let waiter = Waiter::block(&old, "w", "b", 0, 1);
+        let waiter = Waiter::queue(&old, "w", 10_000, "b", 0, 1);
         let short: Vec<String> = (0..20).map(|i| format!("s{i}")).collect();
         let span = grant_expiring(&mut o, &short);
         assert_ok(call(&mut o, "FAILOVER", ("TIMEOUT", 5_000)), "FAILOVER");
@@ -657,7 +503,7 @@ for_each_server!(
         join(sleeper);
         // A primary turned replica unblocks its blocked clients with an error: the
         // waiter was never served by the old primary.
-        let (got, _) = waiter.outcome("the waiter on the old primary");
+        let (got, _) = waiter.outcome(PAUSE + RESUME_TIMEOUT, "the waiter on the old primary");
         let got = got.unwrap_or_else(|e| panic!("the waiter's connection failed: {e}"));
         let error = error_text(&got).unwrap_or_default();
         assert!(error.starts_with("UNBLOCKED"), "the waiter got {got:?}");
@@ -709,14 +555,14 @@ for_each_server!(
         let node = &cluster.nodes[master];
         let mut con = node.client();
         let live_key = format!("{tag}:live");
-        let live = grant(&mut con, &live_key, LONG_TTL, "l");
+        let live = take(&mut con, &live_key, LONG_TTL, "l");
 
         // Under half the node timeout, so no node takes master 1 for failing.
         let sleep = Duration::from_millis(1_000);
         let (slept, sleeper) = put_to_sleep(&cluster.nodes[1], sleep);
         let w_key = format!("{tag}:w");
         let (_, w_deadline) = grant_short(&mut con, &w_key, SHORT_TTL, "a");
-        let waiter = Waiter::block(node, &w_key, "b", 0, 1);
+        let waiter = Waiter::queue(node, &w_key, 10_000, "b", 0, 1);
         let short: Vec<String> = (0..20).map(|i| format!("{tag}:s{i}")).collect();
         let span = grant_expiring(&mut con, &short);
         let old = cluster.begin_failover(replica, None);
@@ -741,7 +587,7 @@ for_each_server!(
         join(sleeper);
 
         cluster.finish_failover(replica, old);
-        let (got, _) = waiter.outcome("the waiter on the old master");
+        let (got, _) = waiter.outcome(PAUSE + RESUME_TIMEOUT, "the waiter on the old master");
         let got = got.unwrap_or_else(|e| panic!("the waiter's connection failed: {e}"));
         let error = error_text(&got).unwrap_or_default();
         // Demoted, the old master answers its blocked clients as the server does:
@@ -810,7 +656,7 @@ for_each_server!(
             ),
             "CONFIG SET",
         );
-        let live = grant(&mut con, "live", LONG_TTL, "l");
+        let live = take(&mut con, "live", LONG_TTL, "l");
         let base: u64 = server
             .info_field("memory", "used_memory")
             .and_then(|v| v.parse().ok())
@@ -866,13 +712,3 @@ for_each_server!(
         );
     }
 );
-
-/// A numeric field of an INFO section.
-fn info_number(server: &Server, section: &str, field: &str) -> u64 {
-    let value = server
-        .info_field(section, field)
-        .unwrap_or_else(|| panic!("INFO {section} has no {field}"));
-    value
-        .parse()
-        .unwrap_or_else(|e| panic!("INFO {section} {field}:{value}: {e}"))
-}

@@ -8,23 +8,20 @@ mod common;
 
 use std::fs;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::calls::{call, fence, int, release, renew, stale, text};
-use common::lease::{crc64, lease_info, lease_stat, rdb_len, seal};
+use common::calls::{
+    acquire, acquire_new, call, exists, fenced, int, release, renew, restore,
+    sanitize_dump_payload, select, stale, text, NONE,
+};
+use common::lease::{dump, fence_ahead, lease_dump, lease_info, lease_stat, record_dump};
+use common::rdb::seal;
 use common::reply::error_text;
-use common::{info_field, wait_until, Server, ServerOptions};
+use common::{info_field, now_ms, wait_until, Server, ServerOptions};
 use redis::{Connection, Value};
 
 // ---------------------------------------------------------------------------
 // Commands
-
-fn now_ms() -> u64 {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_else(|e| panic!("the clock is before 1970: {e}"));
-    since_epoch.as_millis() as u64
-}
 
 /// Lets the wall clock move on by `ms`: a deadline that a load wrongly reset to
 /// now+ttl then shows in the ttl. This waits for time itself, not for the server.
@@ -33,49 +30,6 @@ fn let_clock_advance(ms: u64) {
     wait_until("the wall clock to move on", Duration::from_secs(5), || {
         now_ms() >= until
     });
-}
-
-/// No arguments.
-const NONE: &[&str] = &[];
-
-fn select(con: &mut Connection, db: i64) {
-    assert_eq!(call(con, "SELECT", db), Value::Okay, "SELECT {db}");
-}
-
-/// `LEASE.ACQUIRE key ttl [TOKEN token]`: `(token, fence)`, or None when another token
-/// holds the lease.
-fn acquire_raw(
-    con: &mut Connection,
-    key: &str,
-    ttl: u64,
-    token: Option<&str>,
-) -> Option<(String, u64)> {
-    let reply = match token {
-        Some(t) => call(con, "LEASE.ACQUIRE", (key, ttl, "TOKEN", t)),
-        None => call(con, "LEASE.ACQUIRE", (key, ttl)),
-    };
-    match reply {
-        Value::Nil => None,
-        Value::Array(items) => match items.as_slice() {
-            [Value::BulkString(t), Value::Int(fence)] if *fence > 0 => {
-                let t = String::from_utf8_lossy(t).into_owned();
-                if let Some(asked) = token {
-                    assert_eq!(t, asked, "LEASE.ACQUIRE {key} echoed another token");
-                }
-                Some((t, *fence as u64))
-            }
-            other => panic!("LEASE.ACQUIRE {key} answered {other:?}"),
-        },
-        other => panic!("LEASE.ACQUIRE {key} answered {other:?}"),
-    }
-}
-
-fn acquire(con: &mut Connection, key: &str, ttl: u64, token: &str) -> Option<u64> {
-    acquire_raw(con, key, ttl, Some(token)).map(|(_, fence)| fence)
-}
-
-fn exists(con: &mut Connection, key: &str) -> bool {
-    int(call(con, "EXISTS", key)) == 1
 }
 
 // ---------------------------------------------------------------------------
@@ -97,8 +51,13 @@ struct Held {
 fn grant(con: &mut Connection, db: i64, key: &str, ttl: u64, token: Option<&str>) -> Held {
     select(con, db);
     let before = now_ms();
-    let (token, fence) = acquire_raw(con, key, ttl, token)
-        .unwrap_or_else(|| panic!("LEASE.ACQUIRE {key} (db {db}) was refused"));
+    let granted = match token {
+        Some(t) => acquire(con, key, ttl, t).map(|fence| (t.to_string(), fence)),
+        None => acquire_new(con, key, ttl)
+            .map(|(t, fence)| (String::from_utf8_lossy(&t).into_owned(), fence)),
+    };
+    let (token, fence) =
+        granted.unwrap_or_else(|| panic!("LEASE.ACQUIRE {key} (db {db}) was refused"));
     let after = now_ms();
     select(con, 0);
     Held {
@@ -180,14 +139,14 @@ fn check_record(con: &mut Connection, resource: &str, highest: u64, when: &str) 
         "fence-rec",
         "{when}: TYPE {resource}"
     );
-    let reply = fence(con, resource, highest - 1, NONE);
+    let reply = fenced(con, resource, highest - 1, NONE);
     assert_eq!(
         error_text(&reply).as_deref(),
         Some(stale(highest - 1, highest).as_str()),
         "{when}: {resource} must still remember {highest}"
     );
     assert_eq!(
-        fence(con, resource, highest, NONE),
+        fenced(con, resource, highest, NONE),
         Value::Int(highest as i64),
         "{when}: {resource} must accept its highest fence again"
     );
@@ -298,15 +257,15 @@ fn populate(con: &mut Connection) -> World {
     world.release(con, "lease:c");
 
     assert_eq!(
-        fence(con, "res:1", fa, ("SET", "data:1", "v1")),
+        fenced(con, "res:1", fa, ("SET", "data:1", "v1")),
         Value::Okay
     );
     world.record("res:1", fa);
     world.set_data("data:1", Some("v1"));
-    assert_eq!(fence(con, "res:2", fb, NONE), Value::Int(fb as i64));
+    assert_eq!(fenced(con, "res:2", fb, NONE), Value::Int(fb as i64));
     world.record("res:2", fb);
     assert!(fa < fb, "fences rise: {fa} then {fb}");
-    let reply = fence(con, "res:2", fa, ("SET", "data:2", "stale"));
+    let reply = fenced(con, "res:2", fa, ("SET", "data:2", "stale"));
     assert_eq!(error_text(&reply), Some(stale(fa, fb)));
     world.set_data("data:2", None);
 
@@ -322,7 +281,7 @@ fn write_more(con: &mut Connection, world: &mut World) {
     let fe = e.fence;
     world.add(e);
     assert_eq!(
-        fence(con, "res:1", fe, ("SET", "data:1", "v2")),
+        fenced(con, "res:1", fe, ("SET", "data:1", "v2")),
         Value::Okay
     );
     world.record("res:1", fe);
@@ -461,101 +420,7 @@ fn wait_aof_written(server: &Server) {
 }
 
 // ---------------------------------------------------------------------------
-// DUMP payloads: <value> <RDB version: 2 bytes LE> <CRC64 Jones of all before: 8 bytes LE>.
-// A module value is: type byte 7 (RDB_TYPE_MODULE_2), the module type id as an RDB
-// length (0x81 + 8 bytes big endian; its low 10 bits are the encoding version), then
-// each saved field behind an opcode (2 = unsigned, 5 = string), then opcode 0 (EOF).
-
-/// A DUMP payload split into its value and its RDB version.
-#[derive(Clone, Debug)]
-struct Dump {
-    body: Vec<u8>,
-    version: [u8; 2],
-}
-
-impl Dump {
-    fn payload(&self) -> Vec<u8> {
-        seal(&self.body, self.version)
-    }
-
-    /// The module type id (type name and encoding version).
-    fn module_id(&self) -> u64 {
-        assert_eq!(
-            &self.body[..2],
-            &[7, 0x81],
-            "a module value: {:?}",
-            self.body
-        );
-        let mut id = [0u8; 8];
-        id.copy_from_slice(&self.body[2..10]);
-        u64::from_be_bytes(id)
-    }
-
-    fn with_module_id(&self, id: u64) -> Dump {
-        let mut body = self.body.clone();
-        body[2..10].copy_from_slice(&id.to_be_bytes());
-        Dump {
-            body,
-            version: self.version,
-        }
-    }
-}
-
-fn dump(con: &mut Connection, key: &str) -> Dump {
-    let payload = match call(con, "DUMP", key) {
-        Value::BulkString(p) => p,
-        other => panic!("DUMP {key} answered {other:?}"),
-    };
-    assert!(payload.len() > 10, "DUMP {key}: {payload:?}");
-    let (signed, crc) = payload.split_at(payload.len() - 8);
-    let mut crc_bytes = [0u8; 8];
-    crc_bytes.copy_from_slice(crc);
-    assert_eq!(
-        crc64(signed),
-        u64::from_le_bytes(crc_bytes),
-        "the CRC64 of DUMP {key} as this test computes it"
-    );
-    let (body, version) = signed.split_at(signed.len() - 2);
-    Dump {
-        body: body.to_vec(),
-        version: [version[0], version[1]],
-    }
-}
-
-/// A lease-key value as the module saves it (encoding 1: fence, deadline, token), under
-/// the module id and RDB version of `template`, a DUMP of a real lease.
-fn lease_dump(template: &Dump, fence: u64, deadline_ms: u64, token: &[u8]) -> Dump {
-    let mut body = template.body[..10].to_vec();
-    body.push(2);
-    rdb_len(&mut body, fence);
-    body.push(2);
-    rdb_len(&mut body, deadline_ms);
-    body.push(5);
-    rdb_len(&mut body, token.len() as u64);
-    body.extend_from_slice(token);
-    body.push(0);
-    Dump {
-        body,
-        version: template.version,
-    }
-}
-
-/// A fence-rec value (encoding 1: highest) under the module id of `template`, a DUMP of
-/// a real resource record.
-fn record_dump(template: &Dump, highest: u64) -> Dump {
-    let mut body = template.body[..10].to_vec();
-    body.push(2);
-    rdb_len(&mut body, highest);
-    body.push(0);
-    Dump {
-        body,
-        version: template.version,
-    }
-}
-
-fn restore(con: &mut Connection, key: &str, payload: &[u8]) -> Value {
-    call(con, "RESTORE", (key, 0, payload))
-}
+// DUMP payloads (their format: tests/common/rdb.rs)
 
 /// A corrupt payload is refused with an error, creates nothing, and the server lives.
 fn assert_refused(con: &mut Connection, payload: &[u8], what: &str) {
@@ -572,13 +437,6 @@ fn assert_refused(con: &mut Connection, payload: &[u8], what: &str) {
         "after RESTORE of {what}"
     );
     assert!(!exists(con, "victim"), "RESTORE of {what} created the key");
-}
-
-/// A fence far above this node's clock floor (about 19 hours of grants ahead), as a key
-/// restored from a node whose clock runs ahead would carry. Only the module's own
-/// bookkeeping, not the clock, can keep later fences above it.
-fn fence_ahead() -> u64 {
-    now_ms() * 1024 + (1 << 36)
 }
 
 // ---------------------------------------------------------------------------
@@ -982,7 +840,7 @@ for_each_server!(restore_of_a_truncated_payload_is_refused, |flavor| {
     assert!(matches!(granted, Value::Array(_)), "{granted:?}");
     let fence_value = lease_stat(&server, "fence_last");
     assert_eq!(
-        fence(&mut con, "res:src", fence_value, NONE),
+        fenced(&mut con, "res:src", fence_value, NONE),
         Value::Int(fence_value as i64)
     );
     let dumps = [
@@ -997,17 +855,7 @@ for_each_server!(restore_of_a_truncated_payload_is_refused, |flavor| {
     let settings = flavor.sanitize_dump_payload_settings();
     let mut refused = 0;
     for &setting in settings {
-        if let Some(sanitize) = setting {
-            assert_eq!(
-                call(
-                    &mut con,
-                    "CONFIG",
-                    ("SET", "sanitize-dump-payload", sanitize)
-                ),
-                Value::Okay
-            );
-        }
-        let sanitize = setting.unwrap_or("always");
+        let sanitize = sanitize_dump_payload(&mut con, setting);
         for (kind, d) in &dumps {
             // Cut without fixing the checksum: the server itself refuses it.
             let mut unsigned = d.body[..d.body.len() - 1].to_vec();
@@ -1079,19 +927,9 @@ for_each_server!(
         let server = Server::start(flavor);
         let mut con = server.client();
         acquire(&mut con, "lease:src", 60_000, "t").expect("grant");
-        assert_eq!(fence(&mut con, "res:src", 5, NONE), Value::Int(5));
+        assert_eq!(fenced(&mut con, "res:src", 5, NONE), Value::Int(5));
         for &setting in flavor.sanitize_dump_payload_settings() {
-            if let Some(sanitize) = setting {
-                assert_eq!(
-                    call(
-                        &mut con,
-                        "CONFIG",
-                        ("SET", "sanitize-dump-payload", sanitize)
-                    ),
-                    Value::Okay
-                );
-            }
-            let sanitize = setting.unwrap_or("always");
+            let sanitize = sanitize_dump_payload(&mut con, setting);
             for key in ["lease:src", "res:src"] {
                 let d = dump(&mut con, key);
                 let id = d.module_id();
@@ -1117,7 +955,7 @@ for_each_server!(restore_of_out_of_range_values_is_refused, |flavor| {
     let server = Server::start(flavor);
     let mut con = server.client();
     acquire(&mut con, "lease:src", 60_000, "t").expect("grant");
-    assert_eq!(fence(&mut con, "res:src", 5, NONE), Value::Int(5));
+    assert_eq!(fenced(&mut con, "res:src", 5, NONE), Value::Int(5));
     let lease = dump(&mut con, "lease:src");
     let record = dump(&mut con, "res:src");
     let live = now_ms() + 60_000;
@@ -1184,7 +1022,7 @@ for_each_server!(dump_restore_round_trip_keeps_the_lease, |flavor| {
     let mut original = grant(&mut con, 0, "lease:src", 60_000, Some("token-src"));
     let highest = original.fence;
     assert_eq!(
-        fence(&mut con, "res:src", highest, NONE),
+        fenced(&mut con, "res:src", highest, NONE),
         Value::Int(highest as i64)
     );
     let_clock_advance(50);

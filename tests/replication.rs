@@ -6,76 +6,16 @@
 
 mod common;
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use common::calls::{call, fence, int, release, renew, stale, text};
-use common::lease::{lease_info, lease_payload, lease_stat};
-use common::reply::error_text;
-use common::{wait_until, Server, ServerOptions};
-use redis::{Connection, ToRedisArgs, Value};
-
-// ---------------------------------------------------------------------------
-// Commands
-
-const NONE: &[&str] = &[];
-
-fn now_ms() -> u64 {
-    let since_epoch = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_else(|e| panic!("the clock is before 1970: {e}"));
-    since_epoch.as_millis() as u64
-}
-
-fn expect_error<A: ToRedisArgs>(con: &mut Connection, name: &str, args: A) -> String {
-    let reply = call(con, name, args);
-    error_text(&reply).unwrap_or_else(|| panic!("{name} answered {reply:?}, not an error"))
-}
-
-fn get(con: &mut Connection, key: &str) -> Option<String> {
-    match call(con, "GET", key) {
-        Value::Nil => None,
-        v => Some(text(v)),
-    }
-}
-
-fn exists(con: &mut Connection, key: &str) -> bool {
-    int(call(con, "EXISTS", key)) == 1
-}
-
-/// `(token, fence)` of a grant in a reply, or None for nil.
-fn grant_of(reply: Value, what: &str) -> Option<(String, u64)> {
-    match reply {
-        Value::Nil => None,
-        Value::Array(items) => match items.as_slice() {
-            [Value::BulkString(t), Value::Int(fence)] if *fence > 0 => {
-                Some((String::from_utf8_lossy(t).into_owned(), *fence as u64))
-            }
-            other => panic!("{what} answered {other:?}"),
-        },
-        other => panic!("{what} answered {other:?}"),
-    }
-}
-
-/// `LEASE.ACQUIRE key ttl TOKEN token`: the fence, or None when another token holds it.
-fn acquire(con: &mut Connection, key: &str, ttl: u64, token: &str) -> Option<u64> {
-    let what = format!("LEASE.ACQUIRE {key}");
-    let grant = grant_of(
-        call(con, "LEASE.ACQUIRE", (key, ttl, "TOKEN", token)),
-        &what,
-    );
-    grant.map(|(t, fence)| {
-        assert_eq!(t, token, "{what} echoed another token");
-        fence
-    })
-}
-
-fn granted(con: &mut Connection, key: &str, ttl: u64, token: &str) -> u64 {
-    acquire(con, key, ttl, token).unwrap_or_else(|| panic!("LEASE.ACQUIRE {key} was refused"))
-}
-
-fn digest(server: &Server) -> String {
-    text(call(&mut server.client(), "DEBUG", "DIGEST"))
-}
+use common::calls::{
+    acquire, call, call_error, digest, exists, fenced, get, int, release, renew, stale, take, text,
+    NONE,
+};
+use common::lease::{lease_info, lease_stat, restore_fence_ahead};
+use common::reply::{error_text, grant};
+use common::{attach, master_and_replica, now_ms, wait_until, Server, ServerOptions};
+use redis::Value;
 
 /// The replica has caught up, and says about each key what the master says: same
 /// state and fence, a ttl within 100 ms (both run on this machine's clock); the whole
@@ -110,65 +50,18 @@ fn assert_same(master: &Server, replica: &Server, keys: &[&str]) {
     }
 }
 
-/// `replica.replicaof(master)`, then waits until the master streams writes to it.
-/// After a diskless full sync, Redis 7.0 holds the stream back until the replica's first
-/// `REPLCONF ACK` (up to a second later), which offsets alone do not show; tests that
-/// race a lease deadline must not spend that second unknowingly.
-fn attach(replica: &Server, master: &Server) {
-    replica.replicaof(master);
-    let mut m = master.client();
-    let mut r = replica.client();
-    assert_eq!(call(&mut m, "SET", ("attach:marker", "1")), Value::Okay);
-    wait_until(
-        "the master to stream writes to the new replica",
-        Duration::from_secs(5),
-        || exists(&mut r, "attach:marker"),
-    );
-    assert_eq!(int(call(&mut m, "DEL", "attach:marker")), 1);
-    replica.wait_for_sync(master);
-    assert!(!exists(&mut r, "attach:marker"));
-}
-
-fn dump(con: &mut Connection, key: &str) -> Vec<u8> {
-    match call(con, "DUMP", key) {
-        Value::BulkString(p) => p,
-        other => panic!("DUMP {key} answered {other:?}"),
-    }
-}
-
-/// A lease whose fence is far above every clock floor (about 19 hours of grants
-/// ahead), as a key migrated from a node with a fast clock carries: fences after it can
-/// only stay above it through the module's bookkeeping, not through the clock.
-fn restore_fence_ahead(con: &mut Connection, key: &str, token: &str) -> u64 {
-    assert!(acquire(con, "template", 60_000, "t").is_some());
-    let template = dump(con, "template");
-    assert_eq!(int(call(con, "DEL", "template")), 1);
-    let ahead = now_ms() * 1024 + (1 << 36);
-    let payload = lease_payload(&template, ahead, now_ms() + 60_000, token.as_bytes());
-    assert_eq!(call(con, "RESTORE", (key, 0, payload)), Value::Okay);
-    ahead
-}
-
 // ---------------------------------------------------------------------------
-
-/// A master and a replica attached to it, streaming.
-fn master_and_replica(flavor: common::Flavor) -> (Server, Server) {
-    let master = Server::start(flavor);
-    let replica = Server::start(flavor);
-    attach(&replica, &master);
-    (master, replica)
-}
 
 for_each_server!(replica_serves_lease_info_and_refuses_writes, |flavor| {
     let master = Server::start(flavor);
     let replica = Server::start(flavor);
     let mut m = master.client();
-    let fa = granted(&mut m, "lease:a", 60_000, "token-a");
-    granted(&mut m, "lease:b", 20_000, "token-b");
+    let fa = take(&mut m, "lease:a", 60_000, "token-a");
+    take(&mut m, "lease:b", 20_000, "token-b");
     assert_eq!(renew(&mut m, "lease:b", "token-b", 90_000), 1);
-    granted(&mut m, "lease:c", 60_000, "token-c");
+    take(&mut m, "lease:c", 60_000, "token-c");
     assert_eq!(release(&mut m, "lease:c", "token-c"), 1);
-    assert_eq!(fence(&mut m, "res", fa, ("SET", "data", "v")), Value::Okay);
+    assert_eq!(fenced(&mut m, "res", fa, ("SET", "data", "v")), Value::Okay);
 
     attach(&replica, &master);
     let keys = ["lease:a", "lease:b", "lease:c"];
@@ -216,7 +109,7 @@ for_each_server!(replica_serves_lease_info_and_refuses_writes, |flavor| {
         ),
     ];
     for (name, args) in &refused {
-        let error = expect_error(&mut r, name, args);
+        let error = call_error(&mut r, name, args);
         assert!(
             error.starts_with("READONLY"),
             "{name} {args:?} on a replica: {error}"
@@ -254,7 +147,7 @@ for_each_server!(
         // then put to sleep at once, so it cannot reap (and send DEL) until the replica
         // has been seen past the deadline. It sleeps 900 ms beyond the deadline.
         let before = now_ms();
-        let f = granted(&mut m, "lease:short", 600, "t");
+        let f = take(&mut m, "lease:short", 600, "t");
         let after = now_ms();
         let mut sleeper = master.client();
         sleeper
@@ -291,7 +184,7 @@ for_each_server!(
         );
         assert_eq!(info.ttl, -1, "{info:?}");
         assert_eq!(info.fence, f, "{info:?}");
-        let refused = expect_error(&mut r, "LEASE.RENEW", ("lease:short", "t", 1000));
+        let refused = call_error(&mut r, "LEASE.RENEW", ("lease:short", "t", 1000));
         assert!(refused.starts_with("READONLY"), "{refused}");
 
         let woke = sleeper
@@ -314,11 +207,11 @@ for_each_server!(fenced_writes_replicate, |flavor| {
     let (master, replica) = master_and_replica(flavor);
     let mut m = master.client();
     let mut r = replica.client();
-    let f = granted(&mut m, "lease", 60_000, "t");
+    let f = take(&mut m, "lease", 60_000, "t");
 
-    assert_eq!(fence(&mut m, "res", f, ("SET", "data", "v1")), Value::Okay);
+    assert_eq!(fenced(&mut m, "res", f, ("SET", "data", "v1")), Value::Okay);
     assert_eq!(
-        fence(&mut m, "res", f, ("MSET", "x", "1", "y", "2")),
+        fenced(&mut m, "res", f, ("MSET", "x", "1", "y", "2")),
         Value::Okay
     );
     replica.wait_for_sync(&master);
@@ -329,10 +222,10 @@ for_each_server!(fenced_writes_replicate, |flavor| {
     assert_same(&master, &replica, &["lease"]);
 
     // A stale fence runs nothing, on either side.
-    let reply = fence(&mut m, "res", f - 1, ("SET", "data", "stale"));
+    let reply = fenced(&mut m, "res", f - 1, ("SET", "data", "stale"));
     assert_eq!(error_text(&reply), Some(stale(f - 1, f)));
     // An inner command that fails records nothing, on either side.
-    let reply = fence(&mut m, "res", f + 10, ("INCR", "data"));
+    let reply = fenced(&mut m, "res", f + 10, ("INCR", "data"));
     assert!(
         error_text(&reply).is_some_and(|e| e.contains("not an integer")),
         "{reply:?}"
@@ -345,18 +238,18 @@ for_each_server!(fenced_writes_replicate, |flavor| {
         |server: &Server| call(&mut server.client(), "DEBUG", ("DIGEST-VALUE", "res"));
     assert_eq!(record_digest(&master), record_digest(&replica));
     assert_eq!(
-        error_text(&fence(&mut m, "res", f - 1, NONE)),
+        error_text(&fenced(&mut m, "res", f - 1, NONE)),
         Some(stale(f - 1, f)),
         "the failed INCR must not have raised the record"
     );
 
     // A new holder's write moves the record on both.
     assert_eq!(release(&mut m, "lease", "t"), 1);
-    let g = granted(&mut m, "lease", 60_000, "t2");
+    let g = take(&mut m, "lease", 60_000, "t2");
     assert!(g > f);
-    assert_eq!(fence(&mut m, "res", g, ("SET", "data", "v2")), Value::Okay);
+    assert_eq!(fenced(&mut m, "res", g, ("SET", "data", "v2")), Value::Okay);
     assert_eq!(
-        error_text(&fence(&mut m, "res", f, ("SET", "data", "late"))),
+        error_text(&fenced(&mut m, "res", f, ("SET", "data", "late"))),
         Some(stale(f, g))
     );
     replica.wait_for_sync(&master);
@@ -373,14 +266,14 @@ for_each_server!(
 
         // The master's sequence jumps far above every clock floor; what it then issues the
         // replica can only know from the stream.
-        let ahead = restore_fence_ahead(&mut m, "lease:ahead", "token-ahead");
-        let fx = granted(&mut m, "lease:x", 60_000, "token-x");
-        let fy = granted(&mut m, "lease:y", 60_000, "token-y");
+        let ahead = restore_fence_ahead(&mut m, "lease:ahead", "template", "token-ahead");
+        let fx = take(&mut m, "lease:x", 60_000, "token-x");
+        let fy = take(&mut m, "lease:y", 60_000, "token-y");
         assert!(ahead < fx && fx < fy, "{ahead} {fx} {fy}");
         assert_eq!(release(&mut m, "lease:y", "token-y"), 1);
         assert_eq!(int(call(&mut m, "DEL", "lease:ahead")), 1);
         let short_granted = now_ms();
-        let fs = granted(&mut m, "lease:short", 1_500, "token-short");
+        let fs = take(&mut m, "lease:short", 1_500, "token-short");
         let issued = lease_stat(&master, "fence_last");
         assert_eq!(issued, fs);
         assert_same(
@@ -415,7 +308,7 @@ for_each_server!(
 
         // New grants are above everything the old master issued.
         for key in ["lease:new", "lease:y", "lease:ahead"] {
-            let f = granted(&mut r, key, 60_000, "token-new");
+            let f = take(&mut r, key, 60_000, "token-new");
             assert!(
                 f > issued,
                 "{key}: fence {f} on the promoted replica, {issued} issued before"
@@ -429,7 +322,7 @@ for_each_server!(
             || !exists(&mut r, "lease:short"),
         );
         assert_eq!(lease_stat(&replica, "expired"), 1);
-        let f = granted(&mut r, "lease:short", 60_000, "token-new");
+        let f = take(&mut r, "lease:short", 60_000, "token-new");
         assert!(f > issued, "lease:short: fence {f}, {issued} issued before");
         assert!(lease_stat(&replica, "indexed_deadlines") >= 1);
     }
@@ -444,16 +337,19 @@ for_each_server!(
         let mut m = master.client();
 
         // Data before the replica exists: a full sync.
-        let ahead = restore_fence_ahead(&mut m, "lease:ahead", "token-ahead");
-        let fa = granted(&mut m, "lease:a", 60_000, "token-a");
+        let ahead = restore_fence_ahead(&mut m, "lease:ahead", "template", "token-ahead");
+        let fa = take(&mut m, "lease:a", 60_000, "token-a");
         assert!(fa > ahead);
-        granted(&mut m, "lease:b", 20_000, "token-b");
+        take(&mut m, "lease:b", 20_000, "token-b");
         assert_eq!(renew(&mut m, "lease:b", "token-b", 90_000), 1);
-        granted(&mut m, "lease:c", 60_000, "token-c");
+        take(&mut m, "lease:c", 60_000, "token-c");
         assert_eq!(release(&mut m, "lease:c", "token-c"), 1);
-        assert_eq!(fence(&mut m, "res", fa, ("SET", "data", "v1")), Value::Okay);
+        assert_eq!(
+            fenced(&mut m, "res", fa, ("SET", "data", "v1")),
+            Value::Okay
+        );
         // Only the RDB aux field carries the sequence once no key holds its top.
-        let fd = granted(&mut m, "lease:d", 60_000, "token-d");
+        let fd = take(&mut m, "lease:d", 60_000, "token-d");
         assert_eq!(release(&mut m, "lease:d", "token-d"), 1);
         assert_eq!(int(call(&mut m, "DEL", "lease:ahead")), 1);
         attach(&first, &master);
@@ -473,10 +369,13 @@ for_each_server!(
         );
 
         // Writes after the attach: the stream.
-        let fe = granted(&mut m, "lease:e", 60_000, "token-e");
+        let fe = take(&mut m, "lease:e", 60_000, "token-e");
         assert_eq!(renew(&mut m, "lease:a", "token-a", 120_000), 1);
         assert_eq!(release(&mut m, "lease:b", "token-b"), 1);
-        assert_eq!(fence(&mut m, "res", fe, ("SET", "data", "v2")), Value::Okay);
+        assert_eq!(
+            fenced(&mut m, "res", fe, ("SET", "data", "v2")),
+            Value::Okay
+        );
         assert_same(&master, &first, &keys);
         assert_eq!(lease_stat(&first, "fence_last"), fe);
 
@@ -488,9 +387,12 @@ for_each_server!(
         let mut on_first = first.client();
         let killed = int(call(&mut on_first, "CLIENT", ("KILL", "TYPE", "master")));
         assert_eq!(killed, 1, "CLIENT KILL TYPE master");
-        let ff = granted(&mut m, "lease:f", 60_000, "token-f");
+        let ff = take(&mut m, "lease:f", 60_000, "token-f");
         assert_eq!(release(&mut m, "lease:e", "token-e"), 1);
-        assert_eq!(fence(&mut m, "res", ff, ("SET", "data", "v3")), Value::Okay);
+        assert_eq!(
+            fenced(&mut m, "res", ff, ("SET", "data", "v3")),
+            Value::Okay
+        );
         wait_until("the replica to resync", Duration::from_secs(10), || {
             first
                 .info_field("replication", "master_link_status")
@@ -531,7 +433,7 @@ for_each_server!(
             .arg(("SLEEP", "0.4"))
             .query(&mut m)
             .unwrap_or_else(|e| panic!("MULTI: {e}"));
-        let (_, f) = grant_of(replies[0].clone(), "LEASE.ACQUIRE in MULTI").expect("granted");
+        let (_, f) = grant(replies[0].clone(), "LEASE.ACQUIRE in MULTI").expect("granted");
         replica.wait_for_sync(&master);
         let on_master = lease_info(&mut m, "lease").expect("lease on the master");
         let on_replica = lease_info(&mut r, "lease").expect("lease on the replica");
@@ -592,7 +494,7 @@ for_each_server!(multi_exec_and_eval_replicate, |flavor| {
         .query(&mut m)
         .unwrap_or_else(|e| panic!("MULTI: {e}"));
     assert_eq!(replies.len(), 7, "{replies:?}");
-    let (token1, _) = grant_of(replies[0].clone(), "LEASE.ACQUIRE m:1").expect("granted");
+    let (token1, _) = grant(replies[0].clone(), "LEASE.ACQUIRE m:1").expect("granted");
     assert_eq!(token1.len(), 32);
     assert_eq!(replies[2], Value::Int(1));
     assert_eq!(replies[3], Value::Okay);
@@ -662,7 +564,7 @@ for_each_server!(
             || redis::cmd("PING").query::<String>(&mut probe).is_err(),
         );
         drop(probe);
-        granted(&mut m, "late", 200, "t");
+        take(&mut m, "late", 200, "t");
         assert_eq!(release(&mut m, "late", "t"), 1);
         assert_eq!(busy.join().expect("DEBUG SLEEP thread"), Value::Okay);
         replica.wait_for_sync(&master);
@@ -681,8 +583,8 @@ for_each_server!(
         let mut m3 = master.client();
         assert_eq!(call(&mut m3, "SELECT", 3), Value::Okay);
         for i in 0..150 {
-            granted(&mut m0, &format!("a:{i}"), 200, "t");
-            granted(&mut m3, &format!("b:{i}"), 200, "t");
+            take(&mut m0, &format!("a:{i}"), 200, "t");
+            take(&mut m3, &format!("b:{i}"), 200, "t");
         }
         assert_eq!(call(&mut m0, "SET", ("plain", "kept")), Value::Okay);
         wait_until(

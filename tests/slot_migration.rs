@@ -10,26 +10,15 @@ mod common;
 use std::thread;
 use std::time::Duration;
 
-use common::calls::{call, int, renew, stale, text};
+use common::calls::{call, int, renew, stale, take, text};
 use common::cluster::{key_slot, Cluster};
 use common::lease::{lease_info, lease_stat};
-use common::reply::{error_text, expect_error};
+use common::reply::{error_text, expect_error, pairs};
 use common::{wait_until, Flavor, Server};
-use redis::{Connection, Value};
+use redis::Value;
 
 const MINUTE: u64 = 60_000;
 const WAIT: Duration = Duration::from_secs(20);
-
-/// `LEASE.ACQUIRE key ttl TOKEN token` on a node, which must grant it; the fence.
-fn take(con: &mut Connection, key: &str, ttl: u64, token: &str) -> u64 {
-    match call(con, "LEASE.ACQUIRE", (key, ttl, "TOKEN", token)) {
-        Value::Array(items) => match items.as_slice() {
-            [Value::BulkString(t), Value::Int(fence)] if t == token.as_bytes() => *fence as u64,
-            other => panic!("LEASE.ACQUIRE {key}: {other:?}"),
-        },
-        other => panic!("LEASE.ACQUIRE {key} was not granted: {other:?}"),
-    }
-}
 
 /// The state of the last migration `CLUSTER GETSLOTMIGRATIONS` lists on `node`.
 fn migration_state(node: &Server) -> (String, String) {
@@ -40,17 +29,7 @@ fn migration_state(node: &Server) -> (String, String) {
     let Some(last) = jobs.last() else {
         return (String::new(), String::new());
     };
-    let fields: Vec<(String, Value)> = match last {
-        Value::Array(flat) => flat
-            .chunks(2)
-            .map(|p| (text(p[0].clone()), p.get(1).cloned().unwrap_or(Value::Nil)))
-            .collect(),
-        Value::Map(pairs) => pairs
-            .iter()
-            .map(|(k, v)| (text(k.clone()), v.clone()))
-            .collect(),
-        other => panic!("a migration entry: {other:?}"),
-    };
+    let fields = pairs(last, "a migration entry");
     let field = |name: &str| {
         fields
             .iter()

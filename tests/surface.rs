@@ -10,51 +10,23 @@
 mod common;
 
 use std::sync::mpsc;
-use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use common::calls::{call, int, release, renew, stale, text};
+use common::calls::{call, digest, info_on, int, release, renew, select, stale, take, text, NONE};
 use common::lease::{lease_info, lease_stat};
-use common::reply::{assert_ok, error_text, expect_error};
-use common::{info_field, wait_until, Flavor, Server, ServerOptions};
-use redis::{Connection, PushKind, RedisResult, Value};
+use common::reply::{assert_ok, error_text, expect_error, granted};
+use common::waiter::Waiter;
+use common::{wait_until, Flavor, Server, ServerOptions};
+use redis::{Connection, PushKind, Value};
 
 const MINUTE: u64 = 60_000;
 const WAIT: Duration = Duration::from_secs(10);
-const NONE: &[&str] = &[];
-
-/// `LEASE.ACQUIRE key ttl TOKEN token`, which must be granted; returns the fence.
-fn take(con: &mut Connection, key: &str, ttl: u64, token: &str) -> u64 {
-    let reply = call(con, "LEASE.ACQUIRE", (key, ttl, "TOKEN", token));
-    granted(&reply, token).unwrap_or_else(|| panic!("LEASE.ACQUIRE {key} {token}: {reply:?}"))
-}
-
-/// The fence of a grant to `token`, or None for any other reply.
-fn granted(reply: &Value, token: &str) -> Option<u64> {
-    match reply {
-        Value::Array(items) => match items.as_slice() {
-            [Value::BulkString(t), Value::Int(fence)] if t == token.as_bytes() => {
-                Some(*fence as u64)
-            }
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-fn digest(server: &Server) -> String {
-    text(call(&mut server.client(), "DEBUG", "DIGEST"))
-}
 
 fn digest_value(con: &mut Connection, key: &str) -> String {
     match call(con, "DEBUG", ("DIGEST-VALUE", key)) {
         Value::Array(items) if items.len() == 1 => text(items[0].clone()),
         other => panic!("DEBUG DIGEST-VALUE {key}: {other:?}"),
     }
-}
-
-fn select(con: &mut Connection, db: i64) {
-    assert_ok(call(con, "SELECT", db), "SELECT");
 }
 
 /// The database `CLIENT INFO` says the connection has selected.
@@ -64,15 +36,6 @@ fn client_db(con: &mut Connection) -> i64 {
         .find_map(|field| field.strip_prefix("db="))
         .and_then(|db| db.parse().ok())
         .unwrap_or_else(|| panic!("CLIENT INFO has no db: {info}"))
-}
-
-/// One `field:value` of `INFO section` read on `con` (a connection the test keeps,
-/// where the harness's fresh ones could be evicted).
-fn info_on(con: &mut Connection, section: &str, field: &str) -> i64 {
-    let info = text(call(con, "INFO", section));
-    info_field(&info, field)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("INFO {section} has no number {field}"))
 }
 
 /// The server answers and its log has no crash report.
@@ -90,45 +53,6 @@ fn assert_no_crash(server: &Server) {
     );
 }
 
-/// A client blocked in `LEASE.ACQUIRE key 60000 TOKEN token BLOCK 0` on its own
-/// thread, after running `setup` on its connection; returns its client id and the
-/// thread, whose result is the reply or the error of a closed connection.
-fn waiter(
-    server: &Server,
-    key: &str,
-    token: &str,
-    setup: &[&[&str]],
-) -> (i64, JoinHandle<RedisResult<Value>>) {
-    let mut con = server.client();
-    for command in setup {
-        let reply = call(&mut con, command[0], &command[1..]);
-        assert!(error_text(&reply).is_none(), "{command:?}: {reply:?}");
-    }
-    let id = int(call(&mut con, "CLIENT", "ID"));
-    let before = lease_stat(server, "waiters");
-    let mut acquire = redis::cmd("LEASE.ACQUIRE");
-    acquire
-        .arg(key)
-        .arg(MINUTE)
-        .arg("TOKEN")
-        .arg(token)
-        .arg("BLOCK")
-        .arg(0);
-    let handle = thread::spawn(move || redis::ConnectionLike::req_command(&mut con, &acquire));
-    wait_until(&format!("{token} to block"), WAIT, || {
-        lease_stat(server, "waiters") > before
-    });
-    (id, handle)
-}
-
-/// The waiter's reply, once it came.
-fn answer(waiter: JoinHandle<RedisResult<Value>>, what: &str) -> RedisResult<Value> {
-    wait_until(&format!("{what} to be answered"), WAIT, || {
-        waiter.is_finished()
-    });
-    waiter.join().expect("the waiter's thread")
-}
-
 // ---------------------------------------------------------------------------------------
 // MOVE, SWAPDB, COPY ... DB
 // ---------------------------------------------------------------------------------------
@@ -142,7 +66,7 @@ for_each_server!(move_takes_a_lease_and_a_record_to_another_db, |flavor| {
     select(&mut db1, 1);
     let fence = take(&mut con, "L", MINUTE, "a");
     call(&mut con, "LEASE.FENCE", ("R", fence));
-    let (_, queued) = waiter(&primary, "L", "w", &[]);
+    let queued = Waiter::block(&primary, "L", MINUTE, "w", 0, &[]);
     let before = lease_info(&mut con, "L").expect("L");
     let expired = lease_stat(&primary, "expired");
     take(&mut con, "S", 300, "s");
@@ -161,7 +85,9 @@ for_each_server!(move_takes_a_lease_and_a_record_to_another_db, |flavor| {
     let reply = call(&mut db1, "LEASE.FENCE", ("R", fence - 1));
     assert_eq!(expect_error(&reply, "R in db 1"), stale(fence - 1, fence));
     // The name it left in db 0 went to the waiter there, with a higher fence.
-    let reply = answer(queued, "the waiter in db 0").expect("the waiter's reply");
+    let reply = queued
+        .answer("the waiter in db 0")
+        .expect("the waiter's reply");
     let next = granted(&reply, "w").unwrap_or_else(|| panic!("{reply:?}"));
     assert!(next > fence, "{next} after {fence}");
     // MOVE onto an existing key is refused by the server; both stay as they were.
@@ -315,7 +241,7 @@ for_each_server!(debug_reload_keeps_leases_waiters_and_fences, |flavor| {
     let mut con = server.client();
     let fence = take(&mut con, "L", MINUTE, "a");
     call(&mut con, "LEASE.FENCE", ("R", fence));
-    let (_, queued) = waiter(&server, "L", "w", &[]);
+    let queued = Waiter::block(&server, "L", MINUTE, "w", 0, &[]);
     let last = lease_stat(&server, "fence_last");
     let before = digest(&server);
     let lease_digest = digest_value(&mut con, "L");
@@ -336,7 +262,7 @@ for_each_server!(debug_reload_keeps_leases_waiters_and_fences, |flavor| {
     assert_eq!(expect_error(&reply, "R"), stale(fence - 1, fence));
     assert!(take(&mut con, "next", MINUTE, "n") > last);
     assert_eq!(release(&mut con, "L", "a"), 1);
-    let reply = answer(queued, "the waiter").expect("the waiter's reply");
+    let reply = queued.answer("the waiter").expect("the waiter's reply");
     assert!(granted(&reply, "w").is_some_and(|f| f > last), "{reply:?}");
     // DEBUG JMAP where the server has it (none of the matrix does: unknown subcommand).
     let jmap = call(&mut con, "DEBUG", "JMAP");
@@ -440,13 +366,13 @@ for_each_server!(
             assert_ok(call(&mut con, "DEBUG", (subcommand, off)), &what);
             take(&mut con, "L", 100, "a");
             take(&mut con, "W", 300, "h");
-            let (_, queued) = waiter(&server, "W", "w", &[]);
+            let queued = Waiter::block(&server, "W", MINUTE, "w", 0, &[]);
             assert_ok(call(&mut con, "SET", ("native", "v", "PX", 100)), "SET PX");
             let expired = lease_stat(&server, "expired");
             wait_until(&format!("L reaped with {what}"), WAIT, || {
                 lease_info(&mut con, "L").is_none()
             });
-            let reply = answer(queued, "the waiter").expect("the waiter's reply");
+            let reply = queued.answer("the waiter").expect("the waiter's reply");
             assert!(granted(&reply, "w").is_some(), "{what}: {reply:?}");
             assert_eq!(lease_stat(&server, "expired"), expired + 2, "{what}");
             if subcommand == "SET-ACTIVE-EXPIRE" {
@@ -512,8 +438,15 @@ for_each_server!(client_eviction_takes_only_evictable_waiters, |flavor| {
     // makes it the biggest client and the first one evicted.
     let key = "k".repeat(100_000);
     take(&mut admin, &key, MINUTE, "holder");
-    let (_, evictable) = waiter(&server, &key, "evictable", &[]);
-    let (_, kept) = waiter(&server, &key, "kept", &[&["CLIENT", "NO-EVICT", "on"]]);
+    let evictable = Waiter::block(&server, &key, MINUTE, "evictable", 0, &[]);
+    let kept = Waiter::block(
+        &server,
+        &key,
+        MINUTE,
+        "kept",
+        0,
+        &[&["CLIENT", "NO-EVICT", "on"]],
+    );
     assert_ok(
         call(&mut admin, "CONFIG", ("SET", "maxmemory-clients", 1)),
         "maxmemory-clients",
@@ -523,11 +456,11 @@ for_each_server!(client_eviction_takes_only_evictable_waiters, |flavor| {
     });
     assert!(info_on(&mut admin, "stats", "evicted_clients") >= 1);
     call(&mut admin, "CONFIG", ("SET", "maxmemory-clients", 0));
-    assert!(answer(evictable, "the evicted waiter").is_err());
+    assert!(evictable.answer("the evicted waiter").is_err());
     let info = lease_info(&mut admin, &key).expect("the key");
     assert_eq!((info.state.as_str(), info.waiters), ("held", 1));
     assert_eq!(release(&mut admin, &key, "holder"), 1);
-    let reply = answer(kept, "the NO-EVICT waiter").expect("its reply");
+    let reply = kept.answer("the NO-EVICT waiter").expect("its reply");
     assert!(granted(&reply, "kept").is_some(), "{reply:?}");
     assert_alive(&server);
 });
@@ -593,8 +526,9 @@ for_each_server!(client_kill_of_the_head_waiter_serves_the_next, |flavor| {
     let server = Server::start(flavor);
     let mut con = server.client();
     let fence = take(&mut con, "L", MINUTE, "holder");
-    let (head, first) = waiter(&server, "L", "first", &[]);
-    let (_, second) = waiter(&server, "L", "second", &[]);
+    let first = Waiter::block(&server, "L", MINUTE, "first", 0, &[]);
+    let head = first.client_id;
+    let second = Waiter::block(&server, "L", MINUTE, "second", 0, &[]);
     // In one pipeline, with no timer in between: the lease expires during the
     // sleep, so it is free with its head still blocked when the head is killed, and
     // a newcomer asks right after. (A newcomer before the kill would have the head
@@ -634,8 +568,8 @@ for_each_server!(client_kill_of_the_head_waiter_serves_the_next, |flavor| {
     }
     assert_eq!(replies[3], Value::Int(1), "CLIENT KILL ID");
     assert_eq!(replies[4], Value::Nil, "the newcomer jumped the queue");
-    assert!(answer(first, "the killed head").is_err());
-    let reply = answer(second, "the next waiter").expect("its reply");
+    assert!(first.answer("the killed head").is_err());
+    let reply = second.answer("the next waiter").expect("its reply");
     assert!(
         granted(&reply, "second").is_some_and(|f| f > fence),
         "{reply:?}"
@@ -744,13 +678,13 @@ for_each_server!(shutdown_with_blocked_waiters_exits_cleanly, |flavor| {
     let fence = take(&mut con, "L", MINUTE, "holder");
     call(&mut con, "LEASE.FENCE", ("R", fence));
     let waiters = [
-        waiter(&server, "L", "w1", &[]).1,
-        waiter(&server, "L", "w2", &[]).1,
+        Waiter::block(&server, "L", MINUTE, "w1", 0, &[]),
+        Waiter::block(&server, "L", MINUTE, "w2", 0, &[]),
     ];
     drop(con);
     server.shutdown(&[]);
     for w in waiters {
-        assert!(answer(w, "a waiter at SHUTDOWN").is_err());
+        assert!(w.answer("a waiter at SHUTDOWN").is_err());
     }
     assert_no_crash(&server);
     assert!(server.log().contains("ready to exit"), "{}", server.log());
@@ -768,10 +702,10 @@ for_each_server!(shutdown_with_blocked_waiters_exits_cleanly, |flavor| {
     let later = take(&mut con, "unsaved", MINUTE, "u");
     assert!(later > fence);
     // SHUTDOWN NOSAVE: the same clean exit, and nothing saved.
-    let queued = waiter(&server, "L", "w3", &[]).1;
+    let queued = Waiter::block(&server, "L", MINUTE, "w3", 0, &[]);
     drop(con);
     server.shutdown(&["NOSAVE"]);
-    assert!(answer(queued, "a waiter at SHUTDOWN NOSAVE").is_err());
+    assert!(queued.answer("a waiter at SHUTDOWN NOSAVE").is_err());
     assert_no_crash(&server);
     server.start_again();
     let mut con = server.client();

@@ -13,7 +13,10 @@ pub mod model;
 
 pub use model::{args, encoding, error, lease};
 
+/// The encoder of module values, shared with the integration tests.
+#[path = "../../tests/common/rdb.rs"]
 pub mod rdb;
+pub mod reader;
 
 use lease::{
     FenceSequence, Lease, State, FENCES_PER_MS, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS,
@@ -234,7 +237,7 @@ fn check_apply(argv: &[&[u8]]) {
 
 /// Target `decode`: the first byte is the encoding version (0..=255, 1 is
 /// the one the module knows), the rest a module value as Redis serializes it
-/// (see `rdb`). Each decoder reads the same bytes from the start.
+/// (see `reader`). Each decoder reads the same bytes from the start.
 pub fn fuzz_decode(data: &[u8]) {
     let Some((&version, value)) = data.split_first() else {
         return;
@@ -257,13 +260,13 @@ enum Item {
 const DECODE_NOW: u64 = MAX_DEADLINE_MS - MAX_TTL_MS;
 
 fn check_lease(value: &[u8], encver: i32) {
-    let decoded = encoding::decode_lease(&mut rdb::Reader::new(value), encver, DECODE_NOW);
+    let decoded = encoding::decode_lease(&mut reader::Reader::new(value), encver, DECODE_NOW);
     let Ok(lease) = decoded else {
         return;
     };
     assert_eq!(encver, encoding::ENCODING_VERSION);
     // What was read is exactly fence, deadline, token, in range.
-    let mut r = rdb::Reader::new(value);
+    let mut r = reader::Reader::new(value);
     let items = [
         r.next_unsigned().map(Item::U),
         r.next_unsigned().map(Item::U),
@@ -296,7 +299,7 @@ fn check_lease(value: &[u8], encver: i32) {
     // Saved again as the module saves it, it decodes to the same lease.
     let (deadline, token) = lease.persisted_holder();
     let again = rdb::encode_lease(lease.fence(), deadline, &token);
-    let reloaded = encoding::decode_lease(&mut rdb::Reader::new(&again), encver, DECODE_NOW);
+    let reloaded = encoding::decode_lease(&mut reader::Reader::new(&again), encver, DECODE_NOW);
     assert_eq!(reloaded.as_ref(), Ok(&lease));
     // A restored fence raises the sequence (up to its ceiling), and the
     // key's next grant is above its own fence either way; other keys are
@@ -310,12 +313,12 @@ fn check_lease(value: &[u8], encver: i32) {
 }
 
 fn check_resource(value: &[u8], encver: i32) {
-    let decoded = encoding::decode_resource(&mut rdb::Reader::new(value), encver);
+    let decoded = encoding::decode_resource(&mut reader::Reader::new(value), encver);
     let Ok(record) = decoded else {
         return;
     };
     assert_eq!(encver, encoding::ENCODING_VERSION);
-    let first = rdb::Reader::new(value).next_unsigned();
+    let first = reader::Reader::new(value).next_unsigned();
     assert_eq!(first, Some(record.highest()));
     assert!(record.highest() < FENCE_LIMIT);
     // Fences at and above the highest pass, below it are stale.
@@ -324,17 +327,17 @@ fn check_resource(value: &[u8], encver: i32) {
         assert!(record.check(below).is_err());
     }
     let again = rdb::encode_unsigned(record.highest());
-    let reloaded = encoding::decode_resource(&mut rdb::Reader::new(&again), encver);
+    let reloaded = encoding::decode_resource(&mut reader::Reader::new(&again), encver);
     assert_eq!(reloaded, Ok(record));
 }
 
 fn check_sequence(value: &[u8], encver: i32) {
-    let Ok(last) = encoding::decode_sequence(&mut rdb::Reader::new(value), encver) else {
+    let Ok(last) = encoding::decode_sequence(&mut reader::Reader::new(value), encver) else {
         return;
     };
     assert_eq!(encver, encoding::ENCODING_VERSION);
     assert!(last < FENCE_LIMIT);
-    assert_eq!(rdb::Reader::new(value).next_unsigned(), Some(last));
+    assert_eq!(reader::Reader::new(value).next_unsigned(), Some(last));
     // Observed at a clock where it is within reach of the floor, it is kept.
     let mut fences = FenceSequence::new();
     fences.observe(last, last / FENCES_PER_MS);

@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use redis::{Connection, ConnectionLike, Value};
 
+use super::calls::text;
+use super::reply::assert_ok;
 use super::{free_port, info_field, wait_until, Flavor, Server, ServerOptions};
 
 /// `cluster-node-timeout`: small, so gossip (a node pings peers it has not heard from in
@@ -572,22 +574,10 @@ pub fn query(node: &Server, args: &[&str]) -> Value {
 }
 
 fn expect_ok(node: &Server, args: &[&str]) {
-    let reply = query(node, args);
-    assert!(
-        matches!(reply, Value::Okay) || reply == Value::SimpleString("OK".into()),
-        "{args:?} on port {} answered {reply:?}",
-        node.port
+    assert_ok(
+        query(node, args),
+        &format!("{args:?} on port {}", node.port),
     );
-}
-
-fn text(reply: Value) -> String {
-    match reply {
-        Value::SimpleString(s) => s,
-        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        Value::VerbatimString { text, .. } => text,
-        Value::Okay => "OK".to_string(),
-        other => panic!("expected a string reply, got {other:?}"),
-    }
 }
 
 /// How many keys `node` holds in each slot it has keys in (from `KEYS *`).

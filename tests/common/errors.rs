@@ -10,3 +10,12 @@ pub const SYNTAX_ERR: &str =
 pub const FENCE_ERR: &str = "ERR fence must be an integer from 0 to 9007199254740991";
 pub const NESTED_ERR: &str = "ERR LEASE.FENCE cannot run LEASE commands";
 pub const UNKNOWN_INNER_ERR: &str = "ERR LEASE.FENCE: unknown inner command";
+pub const RESOURCE_ERR: &str =
+    "ERR LEASE.FENCE: the inner command may not use the resource key itself";
+
+/// The refusal of a forbidden inner command of LEASE.FENCE.
+pub fn forbidden(name: &str) -> String {
+    format!(
+        "ERR LEASE.FENCE cannot run '{name}': blocking, scripting, transaction, admin and dangerous commands are not allowed"
+    )
+}

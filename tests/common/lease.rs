@@ -1,8 +1,14 @@
-//! Helpers about the module's own replies and formats, shared by the test files.
+//! Helpers about the module's own replies and formats, shared by the test files:
+//! `LEASE.INFO`, `INFO lease`, and DUMP payloads of leases and records.
+
+use std::time::Duration;
 
 use redis::{ConnectionLike, Value};
 
-use super::Server;
+use super::calls::{call, int, restore, take};
+use super::rdb::{crc64, seal, Body};
+use super::reply::assert_ok;
+use super::{now_ms, wait_until, Server};
 
 /// What `LEASE.INFO` says about a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,119 +17,186 @@ pub struct Info {
     pub ttl: i64,
     pub fence: u64,
     pub waiters: i64,
+    /// Every field name, in reply order.
+    pub fields: Vec<String>,
 }
 
-/// `LEASE.INFO key`, read from a RESP2 flat array or a RESP3 map; `None` for nil.
-pub fn lease_info<C: ConnectionLike>(con: &mut C, key: &str) -> Option<Info> {
-    let reply: Value = redis::cmd("LEASE.INFO")
-        .arg(key)
-        .query(con)
-        .unwrap_or_else(|e| panic!("LEASE.INFO {key} failed: {e}"));
+/// Parses a `LEASE.INFO` reply: nil, a RESP2 flat array or a RESP3 map of exactly
+/// `state` (a bulk string), `ttl`, `fence` and `waiters` (integers). Anything else
+/// panics, naming `what`.
+pub fn parse_info(reply: Value, what: &str) -> Option<Info> {
     let pairs: Vec<(Value, Value)> = match reply {
         Value::Nil => return None,
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|pair| (pair[0].clone(), pair.get(1).cloned().unwrap_or(Value::Nil)))
-            .collect(),
         Value::Map(pairs) => pairs,
-        other => panic!("LEASE.INFO {key} answered {other:?}"),
+        Value::Array(items) => {
+            assert!(items.len() % 2 == 0, "{what}: odd flat array {items:?}");
+            let mut it = items.into_iter();
+            let mut pairs = Vec::new();
+            while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                pairs.push((k, v));
+            }
+            pairs
+        }
+        other => panic!("{what}: expected nil, a map or a flat array, got {other:?}"),
     };
-    let field = |name: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| *k == Value::BulkString(name.as_bytes().to_vec()))
-            .map(|(_, v)| v.clone())
-            .unwrap_or_else(|| panic!("LEASE.INFO {key} has no {name}: {pairs:?}"))
-    };
-    let int = |name: &str| match field(name) {
-        Value::Int(n) => n,
-        other => panic!("LEASE.INFO {key} {name} is not an integer: {other:?}"),
-    };
-    let state = match field("state") {
-        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        Value::SimpleString(s) => s,
-        other => panic!("LEASE.INFO {key} state is not a string: {other:?}"),
-    };
+    let (mut state, mut ttl, mut fence, mut waiters) = (None, None, None, None);
+    let mut fields = Vec::new();
+    for (k, v) in pairs {
+        let name = match k {
+            Value::BulkString(name) => String::from_utf8_lossy(&name).into_owned(),
+            other => panic!("{what}: a field name {other:?}"),
+        };
+        match (name.as_str(), v) {
+            ("state", Value::BulkString(s)) => {
+                state = Some(String::from_utf8_lossy(&s).into_owned())
+            }
+            ("ttl", Value::Int(n)) => ttl = Some(n),
+            ("fence", Value::Int(n)) if n >= 0 => fence = Some(n as u64),
+            ("waiters", Value::Int(n)) => waiters = Some(n),
+            (name, v) => panic!("{what}: unexpected field {name} = {v:?}"),
+        }
+        fields.push(name);
+    }
+    let missing = |field: &str| -> ! { panic!("{what}: no `{field}` in {fields:?}") };
     Some(Info {
-        state,
-        ttl: int("ttl"),
-        fence: int("fence") as u64,
-        waiters: int("waiters"),
+        state: state.unwrap_or_else(|| missing("state")),
+        ttl: ttl.unwrap_or_else(|| missing("ttl")),
+        fence: fence.unwrap_or_else(|| missing("fence")),
+        waiters: waiters.unwrap_or_else(|| missing("waiters")),
+        fields,
     })
 }
 
-/// CRC-64 as Redis computes it for DUMP payloads: Jones polynomial, reflected, init 0,
-/// no final xor.
-pub fn crc64(data: &[u8]) -> u64 {
-    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5; // 0xad93d23594c935a9 bit-reversed
-    let mut crc = 0u64;
-    for &byte in data {
-        crc ^= u64::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY_REFLECTED
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
+/// `LEASE.INFO key`, over RESP2 or RESP3; `None` for nil.
+pub fn lease_info<C: ConnectionLike>(con: &mut C, key: &str) -> Option<Info> {
+    let what = format!("LEASE.INFO {key}");
+    parse_info(call(con, "LEASE.INFO", key), &what)
 }
 
+/// The clients `LEASE.INFO key` counts as waiting, 0 for no key.
+pub fn waiters<C: ConnectionLike>(con: &mut C, key: &str) -> i64 {
+    lease_info(con, key).map_or(0, |i| i.waiters)
+}
+
+/// Waits until `LEASE.INFO key` counts `n` waiters.
+pub fn wait_for_waiters<C: ConnectionLike>(con: &mut C, key: &str, n: i64) {
+    wait_until(
+        &format!("LEASE.INFO {key} waiters = {n}"),
+        Duration::from_secs(5),
+        || waiters(con, key) == n,
+    );
+}
+
+/// A field of `INFO lease`, named without its `lease_` prefix.
 pub fn lease_stat(server: &Server, field: &str) -> u64 {
     let name = format!("lease_{field}");
     let value = server
         .info_field("lease", &name)
-        .unwrap_or_else(|| panic!("INFO lease has no {name}"));
+        .unwrap_or_else(|| panic!("INFO lease has no {name}:\n{}", server.info("lease")));
     value
         .parse()
         .unwrap_or_else(|e| panic!("{name}:{value} is not a number: {e}"))
 }
 
-/// An RDB length as `rdbSaveLen` writes it.
-pub fn rdb_len(out: &mut Vec<u8>, v: u64) {
-    if v < 1 << 6 {
-        out.push(v as u8);
-    } else if v < 1 << 14 {
-        out.push(0x40 | (v >> 8) as u8);
-        out.push(v as u8);
-    } else if v <= u64::from(u32::MAX) {
-        out.push(0x80);
-        out.extend_from_slice(&(v as u32).to_be_bytes());
-    } else {
-        out.push(0x81);
-        out.extend_from_slice(&v.to_be_bytes());
+/// A DUMP payload split into its value and its RDB version.
+#[derive(Clone, Debug)]
+pub struct Dump {
+    pub body: Vec<u8>,
+    pub version: [u8; 2],
+}
+
+impl Dump {
+    /// Splits a payload, checking its CRC-64 as this harness computes it.
+    pub fn parse(payload: &[u8], what: &str) -> Dump {
+        assert!(payload.len() > 10, "{what}: {payload:?}");
+        let (signed, crc) = payload.split_at(payload.len() - 8);
+        let mut crc_bytes = [0u8; 8];
+        crc_bytes.copy_from_slice(crc);
+        assert_eq!(
+            crc64(signed),
+            u64::from_le_bytes(crc_bytes),
+            "the CRC64 of {what} as this test computes it"
+        );
+        let (body, version) = signed.split_at(signed.len() - 2);
+        Dump {
+            body: body.to_vec(),
+            version: [version[0], version[1]],
+        }
+    }
+
+    /// The payload again, as `RESTORE` takes it.
+    pub fn payload(&self) -> Vec<u8> {
+        seal(&self.body, self.version)
+    }
+
+    /// The module type id (type name and encoding version).
+    pub fn module_id(&self) -> u64 {
+        Body(self.body.clone()).module_id()
+    }
+
+    pub fn with_module_id(&self, id: u64) -> Dump {
+        let mut body = self.body.clone();
+        body[2..10].copy_from_slice(&id.to_be_bytes());
+        Dump {
+            body,
+            version: self.version,
+        }
+    }
+
+    /// A module value of this dump's module id and RDB version.
+    fn with_fields(&self, fields: impl FnOnce(Body) -> Body) -> Dump {
+        Dump {
+            body: fields(Body::with_id(self.module_id())).0,
+            version: self.version,
+        }
     }
 }
 
-/// A lease DUMPed from `template`'s server, rebuilt with other values: type byte,
-/// module id (0x81 + 8 bytes), then fence, deadline, token behind their opcodes, EOF,
-/// the RDB version and a CRC-64 (Jones, reflected, as Redis computes it).
-pub fn lease_payload(template: &[u8], fence: u64, deadline_ms: u64, token: &[u8]) -> Vec<u8> {
-    fn len(out: &mut Vec<u8>, v: u64) {
-        out.push(0x81);
-        out.extend_from_slice(&v.to_be_bytes());
+/// `DUMP key`, which must exist, split and checked.
+pub fn dump<C: ConnectionLike>(con: &mut C, key: &str) -> Dump {
+    match call(con, "DUMP", key) {
+        Value::BulkString(payload) => Dump::parse(&payload, &format!("DUMP {key}")),
+        other => panic!("DUMP {key} answered {other:?}"),
     }
-    assert_eq!(&template[..2], &[7, 0x81], "a module value: {template:?}");
-    assert!(token.len() < 64, "one-byte length only");
-    let mut out = template[..10].to_vec();
-    out.push(2);
-    len(&mut out, fence);
-    out.push(2);
-    len(&mut out, deadline_ms);
-    out.push(5);
-    out.push(token.len() as u8);
-    out.extend_from_slice(token);
-    out.push(0);
-    let version = [template[template.len() - 10], template[template.len() - 9]];
-    seal(&out, version)
 }
 
-/// A DUMP payload: `body` + the RDB version + a valid CRC-64 of both.
-pub fn seal(body: &[u8], version: [u8; 2]) -> Vec<u8> {
-    let mut out = body.to_vec();
-    out.extend_from_slice(&version);
-    let crc = crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+/// A lease-key value as the module saves it (encoding 1: fence, deadline, token), under
+/// the module id and RDB version of `template`, a DUMP of a real lease.
+pub fn lease_dump(template: &Dump, fence: u64, deadline_ms: u64, token: &[u8]) -> Dump {
+    template.with_fields(|b| b.lease_fields(fence, deadline_ms, token))
+}
+
+/// A fence-rec value (encoding 1: highest) under the module id and RDB version of
+/// `template`, a DUMP of a real resource record.
+pub fn record_dump(template: &Dump, highest: u64) -> Dump {
+    template.with_fields(|b| b.unsigned(highest).eof())
+}
+
+/// A fence far above this node's clock floor (about 19 hours of grants ahead), as a key
+/// restored from a node whose clock runs ahead would carry. Only the module's own
+/// bookkeeping, not the clock, can keep later fences above it.
+pub fn fence_ahead() -> u64 {
+    now_ms() * 1024 + (1 << 36)
+}
+
+/// RESTOREs under `key` a lease held by `token` for a minute, with a `fence_ahead()`,
+/// as a key migrated from a node with a fast clock carries; returns that fence.
+/// `template` is a free key name (in `key`'s slot, on a cluster), taken for a DUMP and
+/// deleted again.
+pub fn restore_fence_ahead<C: ConnectionLike>(
+    con: &mut C,
+    key: &str,
+    template: &str,
+    token: &str,
+) -> u64 {
+    take(con, template, 60_000, "t");
+    let template_dump = dump(con, template);
+    assert_eq!(int(call(con, "DEL", template)), 1);
+    let ahead = fence_ahead();
+    let payload = lease_dump(&template_dump, ahead, now_ms() + 60_000, token.as_bytes());
+    assert_ok(
+        restore(con, key, &payload.payload()),
+        &format!("RESTORE {key} with a fence ahead"),
+    );
+    ahead
 }

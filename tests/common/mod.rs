@@ -8,17 +8,24 @@
 //! The four server flavors come from `scripts/install-deps`; their paths can be
 //! overridden with `LEASE_REDIS7_SERVER`, `LEASE_REDIS8_SERVER`, `LEASE_VALKEY8_SERVER`
 //! and `LEASE_VALKEY9_SERVER`. A missing server fails the test: it is never skipped.
+//!
+//! The module a server loads is built at most once per test run and is never older than
+//! its sources (`module_path`). The submodules hold the one set of helpers every test
+//! file uses: `calls` (commands and their replies), `reply` (reading replies), `lease`
+//! (`LEASE.INFO`, `INFO lease`, DUMP payloads), `rdb` (the module-value encoder, shared
+//! with fuzz/), `waiter` (blocked clients), `errors`, and `cluster`.
 
 #![allow(dead_code)]
 
 use std::fmt;
 use std::fs::{self, File};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::OnceLock;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, OnceLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a server gets to answer PING after it is spawned (AOF/RDB loading included).
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -187,41 +194,224 @@ fn target_dir() -> PathBuf {
     }
 }
 
-/// The module, freshly built: the first call in a test process runs
-/// `cargo build --release --lib` (a no-op when nothing changed), so a test never loads a
-/// `.so` older than the sources. Panics with cargo's output when the build fails.
+/// The module, built at most once per test run and never older than its sources.
+///
+/// nextest runs every test in a process of its own: building in each process meant one
+/// `cargo build --release --lib` per test, hundreds a run, each a no-op that still waits
+/// for cargo's lock on the target directory and fingerprints every dependency. So the first process of a
+/// `cargo nextest run` takes an exclusive lock (`flock`) on
+/// `redis-lease-module.lock` in the build's target directory, builds, and writes the
+/// run's id (`NEXTEST_RUN_ID`) to `redis-lease-module.stamp` there; every other process
+/// of the run waits for the lock, finds its run's id and does not build. Cargo still
+/// decides what a build has to redo (sources, dependencies, flags): the harness only
+/// decides how often it is asked, and asking once a run (rather than trusting a stamp
+/// across runs) keeps cargo the judge. Outside nextest (`cargo test`, one process per
+/// test file; the benches) each process builds once.
+///
+/// Then, built or not, the `.so` must be newer than every file under `src/` and
+/// `commands/` (build.rs reads it) and than `Cargo.toml` and `build.rs`: a source edited
+/// during the run, or a build that went to another target directory, panics here with
+/// the file that is newer, instead of loading a module that is not the code under test.
+/// Panics with cargo's output when the build fails.
 pub fn module_path() -> PathBuf {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    match BUILT.get_or_init(build_module) {
+    let built = BUILT.get_or_init(|| ModuleBuild::release().built());
+    match built {
         Ok(path) => path.clone(),
         Err(message) => panic!("{message}"),
     }
 }
 
-fn build_module() -> Result<PathBuf, String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let output = Command::new(&cargo)
-        .args(["build", "--release", "--lib"])
-        .current_dir(repo_dir())
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", Path::new(&cargo).display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "cargo build --release --lib failed ({}):\n{}{}",
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        ));
+/// The module built in debug with `--features <features>`, in `target/<dir>`: a target
+/// directory of its own, so the release module the other tests load is left alone.
+/// Built once per run and checked as `module_path`'s is.
+pub fn debug_module_path(dir: &str, features: &str) -> PathBuf {
+    /// (target dir, features) and what building it gave.
+    type Built = ((String, String), Result<PathBuf, String>);
+    static BUILT: Mutex<Vec<Built>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let key = (dir.to_string(), features.to_string());
+    let result = match built.iter().find(|(k, _)| *k == key) {
+        Some((_, result)) => result.clone(),
+        None => {
+            let result = ModuleBuild::debug(dir, features).built();
+            built.push((key, result.clone()));
+            result
+        }
+    };
+    result.unwrap_or_else(|message| panic!("{message}"))
+}
+
+/// One way of building the module: cargo's arguments and where the `.so` lands.
+struct ModuleBuild {
+    args: Vec<String>,
+    target: PathBuf,
+    file: PathBuf,
+}
+
+impl ModuleBuild {
+    /// `cargo build --release --lib`, the module every server loads by default.
+    fn release() -> ModuleBuild {
+        let target = target_dir();
+        ModuleBuild {
+            args: ["build", "--release", "--lib"].map(String::from).to_vec(),
+            file: target.join("release").join("libredis_lease.so"),
+            target,
+        }
     }
-    let path = target_dir().join("release").join("libredis_lease.so");
-    if !path.is_file() {
-        return Err(format!(
-            "cargo build --release --lib succeeded but {} does not exist",
-            path.display()
-        ));
+
+    fn debug(dir: &str, features: &str) -> ModuleBuild {
+        let target = target_dir().join(dir);
+        let mut args: Vec<String> = ["build", "--lib", "--features", features, "--target-dir"]
+            .map(String::from)
+            .to_vec();
+        args.push(target.to_string_lossy().into_owned());
+        ModuleBuild {
+            args,
+            file: target.join("debug").join("libredis_lease.so"),
+            target,
+        }
     }
-    Ok(path)
+
+    /// The `.so`, built once per run and no older than its sources.
+    fn built(&self) -> Result<PathBuf, String> {
+        self.build_once_per_run()?;
+        check_fresh(&self.file)?;
+        Ok(self.file.clone())
+    }
+
+    /// `build` once per `cargo nextest run`, under a lock the run's processes share.
+    fn build_once_per_run(&self) -> Result<(), String> {
+        let run = match std::env::var("NEXTEST_RUN_ID") {
+            Ok(run) if !run.is_empty() => run,
+            _ => return self.build(),
+        };
+        let dir = &self.target;
+        fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let lock_path = dir.join("redis-lease-module.lock");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+        // Held until `lock` is closed, when this function returns (or the process dies).
+        loop {
+            // SAFETY: `lock` owns the descriptor and outlives the call; flock only reads it.
+            if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(format!("cannot lock {}: {e}", lock_path.display()));
+            }
+        }
+        let stamp = dir.join("redis-lease-module.stamp");
+        if fs::read_to_string(&stamp).is_ok_and(|built_by| built_by == run) {
+            return Ok(());
+        }
+        self.build()?;
+        fs::write(&stamp, &run).map_err(|e| format!("cannot write {}: {e}", stamp.display()))
+    }
+
+    fn build(&self) -> Result<(), String> {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let command = format!("cargo {}", self.args.join(" "));
+        let output = Command::new(&cargo)
+            .args(&self.args)
+            .current_dir(repo_dir())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", Path::new(&cargo).display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "{command} failed ({}):\n{}{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        if !self.file.is_file() {
+            return Err(format!(
+                "{command} succeeded but {} does not exist",
+                self.file.display()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// An error when a file the module is built from is newer than the module.
+fn check_fresh(module: &Path) -> Result<(), String> {
+    let modified = |path: &Path| {
+        fs::metadata(path)
+            .and_then(|m| m.modified())
+            .map_err(|e| format!("cannot read the mtime of {}: {e}", path.display()))
+    };
+    let built = modified(module)?;
+    let repo = repo_dir();
+    let mut inputs = vec![repo.join("Cargo.toml")];
+    if repo.join("build.rs").exists() {
+        inputs.push(repo.join("build.rs"));
+    }
+    let mut dirs = vec![repo.join("src")];
+    if repo.join("commands").is_dir() {
+        dirs.push(repo.join("commands"));
+    }
+    while let Some(dir) = dirs.pop() {
+        let entries =
+            fs::read_dir(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+        for entry in entries {
+            let path = entry
+                .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+                .path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                inputs.push(path);
+            }
+        }
+    }
+    for input in inputs {
+        let changed = modified(&input)?;
+        if changed > built {
+            let ago = |t: std::time::SystemTime| {
+                std::time::SystemTime::now()
+                    .duration_since(t)
+                    .map_or("just now".to_string(), |d| {
+                        format!("{:.1} s ago", d.as_secs_f64())
+                    })
+            };
+            return Err(format!(
+                "STALE MODULE: {} (built {}) is older than {} (changed {}): the tests would \
+                 load a module that is not the code under test. Build it with \
+                 `cargo build --release --lib` (scripts/test does) and run the tests again; if \
+                 cargo finds nothing to rebuild (an edit that does not change the library), \
+                 `touch src/lib.rs` first.",
+                module.display(),
+                ago(built),
+                input.display(),
+                ago(changed)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// This machine's clock (which the servers share) in unix milliseconds.
+pub fn now_ms() -> u64 {
+    let since_epoch = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_else(|e| panic!("the clock is before 1970: {e}"));
+    since_epoch.as_millis() as u64
+}
+
+/// Joins a thread, re-raising its panic in the test thread.
+pub fn join<T>(handle: JoinHandle<T>) -> T {
+    match handle.join() {
+        Ok(v) => v,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }
 
 /// Polls `f` every 10 ms until it returns true; panics naming `what` after `timeout`.
@@ -341,7 +531,8 @@ fn fresh_dir() -> PathBuf {
     dir
 }
 
-fn free_port() -> u16 {
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to find a free port: {e}"));
     listener
@@ -815,6 +1006,36 @@ impl Drop for Server {
     }
 }
 
+/// `replica.replicaof(master)`, then waits until the master streams writes to it.
+/// After a diskless full sync, Redis 7.0 holds the stream back until the replica's first
+/// `REPLCONF ACK` (up to a second later), which offsets alone do not show; tests that
+/// race a lease deadline must not spend that second unknowingly.
+pub fn attach(replica: &Server, master: &Server) {
+    replica.replicaof(master);
+    let mut m = master.client();
+    let mut r = replica.client();
+    reply::assert_ok(
+        calls::call(&mut m, "SET", ("attach:marker", "1")),
+        "SET attach:marker",
+    );
+    wait_until(
+        "the master to stream writes to the new replica",
+        Duration::from_secs(5),
+        || calls::exists(&mut r, "attach:marker"),
+    );
+    assert_eq!(calls::int(calls::call(&mut m, "DEL", "attach:marker")), 1);
+    replica.wait_for_sync(master);
+    assert!(!calls::exists(&mut r, "attach:marker"));
+}
+
+/// A master and a replica attached to it, streaming.
+pub fn master_and_replica(flavor: Flavor) -> (Server, Server) {
+    let master = Server::start(flavor);
+    let replica = Server::start(flavor);
+    attach(&replica, &master);
+    (master, replica)
+}
+
 #[derive(Debug)]
 enum StartError {
     PortTaken,
@@ -830,7 +1051,18 @@ pub fn info_field(info: &str, field: &str) -> Option<String> {
     })
 }
 
-fn repl_offset(server: &Server) -> i64 {
+/// A numeric field of an INFO section.
+pub fn info_number(server: &Server, section: &str, field: &str) -> u64 {
+    let value = server
+        .info_field(section, field)
+        .unwrap_or_else(|| panic!("{} INFO {section} has no {field}", server.flavor));
+    value
+        .parse()
+        .unwrap_or_else(|e| panic!("{} INFO {section} {field}:{value}: {e}", server.flavor))
+}
+
+/// `master_repl_offset` of `INFO replication`.
+pub fn repl_offset(server: &Server) -> u64 {
     let value = server
         .info_field("replication", "master_repl_offset")
         .unwrap_or_else(|| {
@@ -848,4 +1080,6 @@ pub mod calls;
 pub mod cluster;
 pub mod errors;
 pub mod lease;
+pub mod rdb;
 pub mod reply;
+pub mod waiter;

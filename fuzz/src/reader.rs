@@ -17,11 +17,11 @@
 //! Anything else, or too few bytes, is a short read (`None`), as an IO error
 //! is for a module that handles them. A string longer than what is left is
 //! refused without allocating it.
+//!
+//! The writing side is `crate::rdb` (tests/common/rdb.rs), the encoder the
+//! integration tests craft payloads with.
 
-/// `RDB_MODULE_OPCODE_UINT`
-pub const OPCODE_UINT: u64 = 2;
-/// `RDB_MODULE_OPCODE_STRING`
-pub const OPCODE_STRING: u64 = 5;
+use crate::rdb::{OPCODE_STRING, OPCODE_UINT};
 
 /// An RDB length as `rdbLoadLenByRef` reads it: the value and whether it was
 /// the "encoded" form (`11xxxxxx`).
@@ -191,51 +191,10 @@ impl crate::encoding::Reader for Reader<'_> {
     }
 }
 
-/// An RDB length as `rdbSaveLen` writes it.
-pub fn push_len(out: &mut Vec<u8>, v: u64) {
-    if v < 1 << 6 {
-        out.push(v as u8);
-    } else if v < 1 << 14 {
-        out.push(0x40 | (v >> 8) as u8);
-        out.push(v as u8);
-    } else if v <= u64::from(u32::MAX) {
-        out.push(0x80);
-        out.extend_from_slice(&(v as u32).to_be_bytes());
-    } else {
-        out.push(0x81);
-        out.extend_from_slice(&v.to_be_bytes());
-    }
-}
-
-pub fn push_unsigned(out: &mut Vec<u8>, v: u64) {
-    push_len(out, OPCODE_UINT);
-    push_len(out, v);
-}
-
-pub fn push_buffer(out: &mut Vec<u8>, b: &[u8]) {
-    push_len(out, OPCODE_STRING);
-    push_len(out, b.len() as u64);
-    out.extend_from_slice(b);
-}
-
-pub fn encode_unsigned(v: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    push_unsigned(&mut out, v);
-    out
-}
-
-/// A lease-key value as the module saves it (encoding 1).
-pub fn encode_lease(fence: u64, deadline_ms: u64, token: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    push_unsigned(&mut out, fence);
-    push_unsigned(&mut out, deadline_ms);
-    push_buffer(&mut out, token);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rdb::push_len;
 
     #[test]
     fn lengths_round_trip_in_every_form() {
