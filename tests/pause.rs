@@ -94,8 +94,16 @@ fn state(con: &mut Connection, key: &str) -> String {
     lease_info(con, key).map_or_else(|| "nil".to_string(), |i| i.state)
 }
 
+/// AOF on, written at every command: with `everysec` the server may postpone a
+/// write while a background fsync runs, and the grant made before the pause would
+/// reach the file during it.
 fn aof_server(flavor: Flavor) -> Server {
-    Server::start_with(flavor, ServerOptions::new().config("appendonly", "yes"))
+    Server::start_with(
+        flavor,
+        ServerOptions::new()
+            .config("appendonly", "yes")
+            .config("appendfsync", "always"),
+    )
 }
 
 /// Bytes in the AOF's incremental files: what the server has written since its last
