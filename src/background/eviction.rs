@@ -350,8 +350,8 @@ pub fn maxmemory() -> u64 {
 
 /// Re-reads `maxmemory` and `maxmemory-policy` from the server.
 pub fn refresh(ctx: Ctx) {
-    let policy = rm::config_get(ctx, c"maxmemory-policy").unwrap_or_default();
-    let maxmemory = rm::config_get(ctx, c"maxmemory")
+    let policy = rm::config_get(ctx, "maxmemory-policy").unwrap_or_default();
+    let maxmemory = rm::config_get(ctx, "maxmemory")
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     MAXMEMORY.store(maxmemory, Ordering::Relaxed);

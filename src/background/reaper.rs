@@ -39,7 +39,7 @@ static LATENCY_THRESHOLD_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Re-reads `latency-monitor-threshold`.
 pub fn refresh_latency_threshold(ctx: Ctx) {
-    let ms = rm::config_get(ctx, c"latency-monitor-threshold")
+    let ms = rm::config_get(ctx, "latency-monitor-threshold")
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     LATENCY_THRESHOLD_MS.store(ms, Ordering::Relaxed);

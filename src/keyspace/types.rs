@@ -201,11 +201,9 @@ unsafe extern "C" fn lease_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_
         || (0, Token::Stored(&[])),
         || lease.persisted_holder(),
     );
-    // SAFETY: Redis passes a valid IO handle to rdb_save.
-    unsafe {
-        api!(RedisModule_SaveUnsigned)(rdb, lease.fence());
-        api!(RedisModule_SaveUnsigned)(rdb, deadline);
-    }
+    // The crate's writers: `rdb` is the IO handle Redis passed to rdb_save.
+    raw::save_unsigned(rdb, lease.fence());
+    raw::save_unsigned(rdb, deadline);
     raw::save_slice(rdb, &token);
 }
 
@@ -434,8 +432,7 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     // Read before the write; 0 if that failed (the clock floor then keeps
     // the next fences rising).
     let last = rm::guard("fence sequence save", || 0, || state::fences().last());
-    // SAFETY: Redis passes a valid IO handle to aux_save.
-    unsafe { api!(RedisModule_SaveUnsigned)(rdb, last) };
+    raw::save_unsigned(rdb, last);
 }
 
 /// # Safety
@@ -466,8 +463,7 @@ unsafe extern "C" fn resource_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut
         // there is is saved: a whole value, on the side that refuses stale
         // writes.
         let highest = rm::guard("fence-rec save", || FENCE_LIMIT - 1, || r.highest());
-        // SAFETY: Redis passes a valid IO handle to rdb_save.
-        unsafe { api!(RedisModule_SaveUnsigned)(rdb, highest) };
+        raw::save_unsigned(rdb, highest);
     }
 }
 

@@ -1,5 +1,24 @@
 //! Thin, safe wrappers over the parts of the Redis module API this module
-//! uses, so `commands.rs` reads as command logic rather than FFI.
+//! uses, so the commands and the background work read as their logic rather
+//! than FFI.
+//!
+//! Where `redis-module` 2.0.8 offers the same thing safely at the same cost,
+//! its version is used: `Context::call` for `CONFIG GET`, `RedisString`
+//! (through `create_from_slice`) for owned strings, `raw::save_unsigned` and
+//! `raw::save_slice` for RDB writes, `raw::replicate_verbatim`. Kept, each
+//! for a reason:
+//! - `context_flags`: the raw bits, compared with the server's constants,
+//!   including Valkey's that the crate's `ContextFlags` does not name;
+//! - `SetModuleOptions` (in `lib.rs`): the crate's `ModuleOptions` lacks
+//!   Valkey 9's atomic-slot-migration bit;
+//! - post-notification jobs, timers and events with our own `extern "C"`
+//!   trampolines: the crate's trampolines do not catch a panic, ours run
+//!   their bodies under `guard`;
+//! - `Key`, `Slot`, `ModuleValue`: a key can only be read as the Rust type
+//!   registered for its module type, which the crate's `RedisKey` does not
+//!   enforce; and one handle serves the whole command (the crate's reopens);
+//! - the reply, replicate and notify calls: one API call each, with the
+//!   arguments built once (the hot paths count instructions in CI).
 //!
 //! The API table is filled by `RedisModule_Init` before any of these run;
 //! functions a server may lack (newer than Redis 7.0) are checked at the call
@@ -256,31 +275,18 @@ pub fn timer(ctx: Ctx, after_ms: i64, callback: unsafe extern "C" fn(Ctx, *mut c
     };
 }
 
-/// A module string owned by us, freed on drop.
-pub struct OwnedString {
-    ctx: Ctx,
-    inner: RString,
-}
+/// A module string owned by us, freed on drop: the crate's `RedisString`
+/// made with `create_from_slice` (its `create` panics on a NUL byte, which
+/// a key name may hold).
+pub struct OwnedString(redis_module::RedisString);
 
 impl OwnedString {
     pub fn new(ctx: Ctx, bytes: &[u8]) -> Self {
-        // SAFETY: `ctx` is valid by the handle rule; Redis copies `len`
-        // bytes from `bytes`, a live slice of that length.
-        let inner =
-            unsafe { api!(RedisModule_CreateString)(ctx, bytes.as_ptr().cast(), bytes.len()) };
-        Self { ctx, inner }
+        Self(redis_module::RedisString::create_from_slice(ctx, bytes))
     }
 
     pub fn as_ptr(&self) -> RString {
-        self.inner
-    }
-}
-
-impl Drop for OwnedString {
-    fn drop(&mut self) {
-        // SAFETY: `inner` was created in `ctx` by `new` and is freed only
-        // here, once.
-        unsafe { api!(RedisModule_FreeString)(self.ctx, self.inner) };
+        self.0.inner
     }
 }
 
@@ -572,50 +578,30 @@ pub fn redact(ctx: Ctx, pos: usize) {
     }
 }
 
-/// `CONFIG GET name` through the server, as a string.
-pub fn config_get(ctx: Ctx, name: &CStr) -> Option<String> {
-    // SAFETY: `ctx` is valid by the handle rule; the format `cc` takes the
-    // two NUL-terminated strings passed.
-    let reply = unsafe {
-        api!(RedisModule_Call)(
-            ctx,
-            c"CONFIG".as_ptr(),
-            c"cc".as_ptr(),
-            c"GET".as_ptr(),
-            name.as_ptr(),
-        )
+/// `CONFIG GET name` through the server, as a string. The crate's
+/// `Context::call` does it safely; it runs at load and on config changes,
+/// never on a command's path.
+pub fn config_get(ctx: Ctx, name: &str) -> Option<String> {
+    let reply = redis_module::Context::new(ctx).call("CONFIG", &["GET", name]);
+    let value = match reply {
+        // [name, value] in RESP2, {name: value} in RESP3.
+        Ok(redis_module::RedisValue::Array(items)) => items.into_iter().nth(1),
+        Ok(redis_module::RedisValue::Map(map)) => map.into_values().next(),
+        _ => None,
     };
-    if reply.is_null() {
-        return None;
-    }
-    // A two-element array (RESP2 map): [name, value].
-    // SAFETY: `reply` is a live reply, not yet freed; an index past the end
-    // or a reply that is no array answers null.
-    let value = unsafe { api!(RedisModule_CallReplyArrayElement)(reply, 1) };
-    let text = (!value.is_null()).then(|| {
-        let mut len = 0usize;
-        // SAFETY: `value` is an element of `reply`, live until `reply` is
-        // freed below; a reply that is no string answers null.
-        let ptr = unsafe { api!(RedisModule_CallReplyStringPtr)(value, &mut len) };
-        if ptr.is_null() {
-            String::new()
-        } else {
-            // SAFETY: Redis gave `len` bytes at `ptr`, inside `reply`, which
-            // is freed only after they are copied out here.
-            String::from_utf8_lossy(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
-                .into_owned()
+    let text = match value {
+        Some(
+            redis_module::RedisValue::SimpleString(s) | redis_module::RedisValue::BulkString(s),
+        ) => Some(s),
+        Some(redis_module::RedisValue::StringBuffer(b)) => {
+            Some(String::from_utf8_lossy(&b).into_owned())
         }
-    });
-    // SAFETY: `reply` came from RedisModule_Call and is freed once, here;
-    // nothing read from it outlives this.
-    unsafe { api!(RedisModule_FreeCallReply)(reply) };
+        _ => None,
+    };
     if text.is_none() {
         log_warning(
             ctx,
-            &format!(
-                "redis-lease: could not read the server's {}",
-                name.to_string_lossy()
-            ),
+            &format!("redis-lease: could not read the server's {name}"),
         );
     }
     text
@@ -661,8 +647,8 @@ pub fn latency_sample(event: &CStr, ms: u64) {
     unsafe { api!(RedisModule_LatencyAddSample)(event.as_ptr(), ms) };
 }
 
-/// Propagates the current command as the client sent it.
+/// Propagates the current command as the client sent it (the crate's own
+/// wrapper, inlined).
 pub fn replicate_verbatim(ctx: Ctx) {
-    // SAFETY: `ctx` is the running command's context (the handle rule).
-    unsafe { api!(RedisModule_ReplicateVerbatim)(ctx) };
+    raw::replicate_verbatim(ctx);
 }
