@@ -16,7 +16,7 @@
 //!   their bodies under `guard`;
 //! - `Key`, `Slot`, `ModuleValue`: a key can only be read as the Rust type
 //!   registered for its module type, which the crate's `RedisKey` does not
-//!   enforce; and one handle serves the whole command (the crate's reopens);
+//!   enforce;
 //! - the reply, replicate and notify calls: one API call each, with the
 //!   arguments built once (the hot paths count instructions in CI).
 //!
