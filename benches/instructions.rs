@@ -140,8 +140,10 @@ const BOUNDS: &[Bound] = &[
         native: &[Step::Fence],
         lua: &[Step::Incr],
         // Valkey 9's INCR counted 1,761 to 1,892 between runs (FENCE 2,569
-        // every time): the bound sits above the lowest INCR.
-        max: [1.34, 1.38, 1.61, 1.53],
+        // every time): the bound sits above the lowest INCR. Redis 7.0's
+        // FENCE counted 2,246 to 2,341 over builds of this stop (a resource
+        // record's first store is half of the spread), ratio up to 1.32.
+        max: [1.38, 1.38, 1.61, 1.53],
     },
 ];
 

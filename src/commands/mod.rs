@@ -58,92 +58,96 @@ pub(super) fn command(
     argv: *mut RString,
     argc: c_int,
     body: fn(Ctx, &[RString]) -> c_int,
-    secret: fn(&[RString], &mut Redactions),
+    secret: fn(&[RString]) -> Redact,
 ) -> c_int {
     rm::guard(
         name,
         || rm::reply_error(ctx, error::INTERNAL),
         || {
-            let mut redactions = Redactions::default();
-            let status = {
+            let (status, redact) = {
                 // SAFETY: `argv` and `argc` are what Redis passed the command
                 // `command` runs for, and the slice ends with this block:
                 // `body` and `secret` cannot keep it (their signatures).
                 let args = unsafe { rm::args(argv, argc) };
-                let status = body(ctx, args);
-                secret(args, &mut redactions);
-                status
+                (body(ctx, args), secret(args))
             };
             // A redaction replaces the server's argument in place: done
             // once no slice of the arguments is borrowed.
-            redactions.apply(|pos| rm::redact(ctx, pos));
+            redact.each(|pos| rm::redact(ctx, pos));
             status
         },
     )
 }
 
-/// Argument positions to redact, gathered while the arguments are borrowed.
-/// A few fit inline (one token, the usual case, allocates nothing).
-#[derive(Default)]
-pub(super) struct Redactions {
-    few: [usize; 4],
-    len: usize,
-    more: Vec<usize>,
+/// The arguments to redact, found while the arguments are borrowed: one
+/// position in the usual case (nothing to allocate, nothing to iterate).
+pub(super) enum Redact {
+    Nothing,
+    One(usize),
+    From(usize, usize),
+    Several(Vec<usize>),
 }
 
-impl Redactions {
-    pub(super) fn push(&mut self, pos: usize) {
-        match self.few.get_mut(self.len) {
-            Some(slot) => {
-                *slot = pos;
-                self.len += 1;
-            }
-            None => self.more.push(pos),
+impl Redact {
+    fn each(self, mut redact: impl FnMut(usize)) {
+        match self {
+            Redact::Nothing => {}
+            Redact::One(pos) => redact(pos),
+            Redact::From(start, end) => (start..end).for_each(redact),
+            Redact::Several(all) => all.into_iter().for_each(redact),
         }
     }
-
-    fn apply(self, mut redact: impl FnMut(usize)) {
-        self.few
-            .iter()
-            .take(self.len)
-            .chain(self.more.iter())
-            .for_each(|&pos| redact(pos));
-    }
 }
 
-pub(super) fn no_secret(_: &[RString], _: &mut Redactions) {}
+pub(super) fn no_secret(_: &[RString]) -> Redact {
+    Redact::Nothing
+}
 
 /// RENEW and RELEASE: `key token ...`.
-pub(super) fn second_argument(args: &[RString], redactions: &mut Redactions) {
+pub(super) fn second_argument(args: &[RString]) -> Redact {
     if args.len() > 2 {
-        redactions.push(2);
+        Redact::One(2)
+    } else {
+        Redact::Nothing
     }
 }
 
 /// ACQUIRE: every argument after a `TOKEN`, also in a call refused for
 /// its syntax.
-pub(super) fn token_option(args: &[RString], redactions: &mut Redactions) {
-    (3..args.len().saturating_sub(1))
+pub(super) fn token_option(args: &[RString]) -> Redact {
+    let mut tokens = (3..args.len().saturating_sub(1))
         .filter(|&i| rm::bytes(&args[i]).eq_ignore_ascii_case(b"TOKEN"))
-        .for_each(|i| redactions.push(i + 1));
+        .map(|i| i + 1);
+    match (tokens.next(), tokens.next()) {
+        (None, _) => Redact::Nothing,
+        (Some(pos), None) => Redact::One(pos),
+        // Only a call refused for its syntax repeats TOKEN.
+        (Some(first), Some(second)) => {
+            Redact::Several([first, second].into_iter().chain(tokens).collect())
+        }
+    }
 }
 
 /// FENCE: a nested LEASE command (refused) may carry a token anywhere.
-pub(super) fn nested_lease_command(args: &[RString], redactions: &mut Redactions) {
+pub(super) fn nested_lease_command(args: &[RString]) -> Redact {
     let nested = args.get(3).is_some_and(|c| {
         let name = rm::bytes(c);
         name.len() > 6 && name[..6].eq_ignore_ascii_case(b"lease.")
     });
     if nested {
-        (4..args.len()).for_each(|pos| redactions.push(pos));
+        Redact::From(4, args.len())
+    } else {
+        Redact::Nothing
     }
 }
 
 /// APPLY: the token is the last argument (`key fence:deadline token`, or
 /// `key fence deadline token` as earlier versions wrote it).
-pub(super) fn last_argument(args: &[RString], redactions: &mut Redactions) {
+pub(super) fn last_argument(args: &[RString]) -> Redact {
     if args.len() > 3 {
-        redactions.push(args.len() - 1);
+        Redact::One(args.len() - 1)
+    } else {
+        Redact::Nothing
     }
 }
 
