@@ -19,7 +19,9 @@ use common::calls::{call, digest, int, pttl, release, renew, stale, take};
 use common::lease::{dump, lease_dump, lease_info, lease_stat};
 use common::reply::{assert_ok, error_text, expect_error, granted, FENCE_LIMIT};
 use common::waiter::Waiter;
-use common::{free_port, module_path, now_ms, wait_until, Server, ServerOptions};
+use common::{
+    free_port, master_and_replica, module_path, now_ms, wait_until, Server, ServerOptions,
+};
 use redis::{Connection, Value};
 
 const MINUTE: u64 = 60_000;
@@ -128,9 +130,7 @@ for_each_server!(
 // ---------------------------------------------------------------------------------------
 
 for_each_server!(restore_replace_never_lowers_a_fence, |flavor| {
-    let primary = Server::start(flavor);
-    let replica = Server::start(flavor);
-    replica.replicaof(&primary);
+    let (primary, replica) = master_and_replica(flavor);
     let mut con = primary.client();
 
     // A record: an older highest restored over a newer one keeps the newer.

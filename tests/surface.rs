@@ -16,7 +16,7 @@ use common::calls::{call, digest, info_on, int, release, renew, select, stale, t
 use common::lease::{lease_info, lease_stat};
 use common::reply::{assert_ok, error_text, expect_error, granted};
 use common::waiter::Waiter;
-use common::{wait_until, Flavor, Server, ServerOptions};
+use common::{master_and_replica, wait_until, Flavor, Server, ServerOptions};
 use redis::{Connection, PushKind, Value};
 
 const MINUTE: u64 = 60_000;
@@ -58,9 +58,7 @@ fn assert_no_crash(server: &Server) {
 // ---------------------------------------------------------------------------------------
 
 for_each_server!(move_takes_a_lease_and_a_record_to_another_db, |flavor| {
-    let primary = Server::start(flavor);
-    let replica = Server::start(flavor);
-    replica.replicaof(&primary);
+    let (primary, replica) = master_and_replica(flavor);
     let mut con = primary.client();
     let mut db1 = primary.client();
     select(&mut db1, 1);
@@ -115,9 +113,7 @@ for_each_server!(move_takes_a_lease_and_a_record_to_another_db, |flavor| {
 });
 
 for_each_server!(swapdb_leases_expire_and_renew_in_their_new_db, |flavor| {
-    let primary = Server::start(flavor);
-    let replica = Server::start(flavor);
-    replica.replicaof(&primary);
+    let (primary, replica) = master_and_replica(flavor);
     let mut db0 = primary.client();
     let mut db1 = primary.client();
     select(&mut db1, 1);
@@ -387,9 +383,7 @@ for_each_server!(
 );
 
 for_each_server!(debug_change_repl_id_keeps_the_replica_in_step, |flavor| {
-    let primary = Server::start(flavor);
-    let replica = Server::start(flavor);
-    replica.replicaof(&primary);
+    let (primary, replica) = master_and_replica(flavor);
     let mut con = primary.client();
     let mut rcon = replica.client();
     let fence = take(&mut con, "L", MINUTE, "a");
@@ -716,9 +710,7 @@ for_each_server!(shutdown_with_blocked_waiters_exits_cleanly, |flavor| {
 });
 
 for_each_server!(flushall_keeps_the_fence_sequence_rising, |flavor| {
-    let primary = Server::start(flavor);
-    let replica = Server::start(flavor);
-    replica.replicaof(&primary);
+    let (primary, replica) = master_and_replica(flavor);
     let mut con = primary.client();
     let mut fence = take(&mut con, "L", MINUTE, "a");
     for flush in [&["SYNC"], &["ASYNC"]] {
