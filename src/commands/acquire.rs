@@ -14,7 +14,7 @@ use crate::keyspace::types;
 use crate::model::error;
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
-use super::*;
+use super::{command, generate_token, token_option, writable};
 
 fn reply_grant(ctx: Ctx, token: &[u8], fence: u64) -> c_int {
     rm::reply_array(ctx, 2);

@@ -11,7 +11,7 @@ use crate::keyspace::types;
 use crate::model::error;
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
-use super::*;
+use super::{command, last_argument, origin, Origin};
 
 /// `LEASE.APPLY key fence:deadline token`: an effect from a master or the
 /// AOF. An empty token means free.

@@ -15,7 +15,7 @@ use crate::keyspace::types;
 use crate::model::error;
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
-use super::*;
+use super::{command, nested_lease_command, writable, OK};
 
 /// `LEASE.FENCE resource fence [command [arg ...]]`
 pub extern "C" fn fence_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {

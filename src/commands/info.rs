@@ -8,7 +8,7 @@ use crate::keyspace::effects;
 use crate::model::error;
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
-use super::*;
+use super::{command, no_secret};
 
 /// `LEASE.INFO key`
 pub extern "C" fn info_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {

@@ -11,7 +11,7 @@ use crate::keyspace::types;
 use crate::model::error;
 use crate::rm::{self, Ctx, Key, RString};
 
-use super::*;
+use super::{command, from_master_or_aof, lease_in, second_argument, writable};
 
 /// `LEASE.RELEASE key token`
 pub extern "C" fn release_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {

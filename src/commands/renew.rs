@@ -9,7 +9,7 @@ use crate::keyspace::state::{self, STATS};
 use crate::model::error;
 use crate::rm::{self, Ctx, Key, RString};
 
-use super::*;
+use super::{command, lease_in, second_argument, writable};
 
 /// `LEASE.RENEW key token ttl`
 pub extern "C" fn renew_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
