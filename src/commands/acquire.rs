@@ -1,17 +1,15 @@
 //! `LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout]`.
 
+use std::ffi::CStr;
 use std::os::raw::c_int;
 
-use std::ffi::CStr;
-
-use crate::keyspace::effects::{expired_before_reaping, granted, Wire};
-use crate::model::args;
-use crate::model::lease::{Acquire, Lease};
-
 use crate::keyspace::effects;
+use crate::keyspace::effects::{expired_before_reaping, granted, Wire};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
+use crate::model::args;
 use crate::model::error;
+use crate::model::lease::{Acquire, Lease};
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::{command, generate_token, token_option, writable};

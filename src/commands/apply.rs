@@ -3,12 +3,11 @@
 use std::os::raw::c_int;
 
 use crate::keyspace::effects::index_lease;
-use crate::model::args;
-use crate::model::lease::Lease;
-
 use crate::keyspace::state;
 use crate::keyspace::types;
+use crate::model::args;
 use crate::model::error;
+use crate::model::lease::Lease;
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::{command, last_argument, origin, Origin};

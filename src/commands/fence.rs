@@ -4,17 +4,14 @@
 use std::os::raw::c_int;
 
 use crate::keyspace::effects::replicate_record;
-use crate::model::args::parse_fence;
-use crate::model::lease::Resource;
-use crate::rm::api;
-
-use super::inner::{self, Verdict};
-
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
+use crate::model::args::parse_fence;
 use crate::model::error;
-use crate::rm::{self, Ctx, Key, RString, Slot};
+use crate::model::lease::Resource;
+use crate::rm::{self, api, Ctx, Key, RString, Slot};
 
+use super::inner::{self, Verdict};
 use super::{command, nested_lease_command, writable, OK};
 
 /// `LEASE.FENCE resource fence [command [arg ...]]`

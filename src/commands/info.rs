@@ -2,10 +2,9 @@
 
 use std::os::raw::c_int;
 
-use crate::model::lease::{Lease, State};
-
 use crate::keyspace::effects;
 use crate::model::error;
+use crate::model::lease::{Lease, State};
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::{command, no_secret};

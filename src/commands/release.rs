@@ -2,12 +2,11 @@
 
 use std::os::raw::c_int;
 
-use crate::keyspace::effects::replicate_lease;
-use crate::model::args::check_token;
-
 use crate::keyspace::effects;
+use crate::keyspace::effects::replicate_lease;
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
+use crate::model::args::check_token;
 use crate::model::error;
 use crate::rm::{self, Ctx, Key, RString};
 

@@ -3,9 +3,8 @@
 use std::os::raw::c_int;
 
 use crate::keyspace::effects::{index_lease, replicate_held, Wire};
-use crate::model::args::{check_token, parse_ttl};
-
 use crate::keyspace::state::{self, STATS};
+use crate::model::args::{check_token, parse_ttl};
 use crate::model::error;
 use crate::rm::{self, Ctx, Key, RString};
 
