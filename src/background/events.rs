@@ -381,8 +381,7 @@ fn arrived(ctx: Ctx, name: RString) {
         },
         Slot::Empty => return,
     }
-    drop(key);
-    keep_without_ttl(ctx, name);
+    remove_ttl(ctx, key, name);
 }
 
 /// Removes a Redis TTL from a lease key or record: the module expires
@@ -401,7 +400,14 @@ fn keep_without_ttl(ctx: Ctx, name: RString) {
     let Some(mut key) = Key::open_read(ctx, name) else {
         return;
     };
-    if !is_ours(&mut key) || !key.has_ttl() {
+    if is_ours(&mut key) {
+        remove_ttl(ctx, key, name);
+    }
+}
+
+/// `keep_without_ttl` for a key already open and known to be ours.
+fn remove_ttl(ctx: Ctx, key: Key, name: RString) {
+    if !key.has_ttl() {
         return;
     }
     if rm::post_notification_jobs() {
