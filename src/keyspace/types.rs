@@ -112,7 +112,7 @@ pub fn store_lease(key: &mut Key, lease: Lease) -> &mut Lease {
 }
 
 /// Set while the module deletes a key itself: that removal replaces
-/// nothing, so it leaves no note for `events::arrived`.
+/// nothing, leaves no waiter and is no eviction (see `lease_unlink`).
 static OWN_DELETE: AtomicBool = AtomicBool::new(false);
 
 /// Deletes a lease key the module is done with (released, reaped, or
@@ -371,9 +371,13 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
             if let (Some(at), true) = (lease.index_mark(), state::is_primary()) {
                 state::index().remove(at, db, key);
             }
-            if !OWN_DELETE.load(Ordering::Relaxed) {
-                removals::note_removed(db, key, Floor::Lease(lease.fence()));
+            // The module's own deletions (a release, the reaper, a master's
+            // word) replace nothing, leave no waiter behind and are no
+            // eviction: the rest is for the server's removals.
+            if OWN_DELETE.load(Ordering::Relaxed) {
+                return;
             }
+            removals::note_removed(db, key, Floor::Lease(lease.fence()));
             if state::waiters().len(db, key) > 0 {
                 state::wake_later(rm::module_ctx(), db, key);
             }
