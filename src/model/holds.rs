@@ -177,10 +177,15 @@ impl Holds {
             return;
         }
         match &mut self.table {
-            Table::Few(list) if list.len() < FEW => list.push(Hold {
-                token: token.into(),
-                grant,
-            }),
+            Table::Few(list) if list.len() < FEW => {
+                // One hold at a time: a lease with one labelled holder keeps
+                // room for one.
+                list.reserve_exact(1);
+                list.push(Hold {
+                    token: token.into(),
+                    grant,
+                });
+            }
             Table::Few(list) => {
                 let mut map: HashMap<Box<[u8]>, Grant> = std::mem::take(list)
                     .into_iter()

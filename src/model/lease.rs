@@ -733,9 +733,14 @@ impl Lease {
     ) -> Result<(Acquire, usize), Refused> {
         let deadline_ms = now_ms.saturating_add(ttl_ms);
         if !self.is_extended() && terms.is_plain() {
+            // A grant over a holder is a grant over an expired one.
+            let had_holder = self.deadline().is_some();
             return self
                 .acquire(token, ttl_ms, now_ms, queue_ahead, fences)
-                .map(|a| (a, 0))
+                .map(|a| {
+                    let replaced = had_holder && matches!(a, Acquire::Granted { .. });
+                    (a, usize::from(replaced))
+                })
                 .map_err(|_| Refused::FenceExhausted);
         }
         // What the key is, read alike from either form: decided before any
@@ -822,11 +827,6 @@ impl Lease {
             self.lower_earliest(deadline_ms);
         }
         Ok((Acquire::Granted { fence }, replaced))
-    }
-
-    /// The grant `token` holds, live or not, if this lease is extended.
-    pub fn grant_of(&self, token: &[u8]) -> Option<&Grant> {
-        self.extended()?.get(token)
     }
 
     /// Removes every expired hold of an extended lease; returns their
