@@ -48,10 +48,16 @@ impl Wire<'_> {
     }
 }
 
-/// Propagates a lease's whole state as `LEASE.APPLY`.
+/// Propagates a lease's whole state as `LEASE.APPLY`: the compact form,
+/// or (extended) its fence and then each hold.
 pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
     let (deadline, token) = lease.persisted_holder();
     replicate_holder(ctx, key, lease.fence(), deadline, Wire::Bytes(&token));
+    if let Some((mode, limit, holds)) = lease.persisted_holds() {
+        for hold in &holds {
+            replicate_hold(ctx, key, &hold.grant, mode, limit, Wire::Bytes(&hold.token));
+        }
+    }
 }
 
 /// `LEASE.APPLY key fence:deadline token`. Callers that have the holder's
