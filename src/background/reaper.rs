@@ -240,6 +240,7 @@ fn reindex(entry: &Due, lease: &mut Lease) {
         .is_some_and(|at| at != entry.deadline_ms() && state::index().contains(at, db, key_bytes));
     if !entry_elsewhere {
         lease.set_index_mark(None);
+        lease.refresh_earliest();
         state::index_lease(db, key_bytes, lease);
     }
 }

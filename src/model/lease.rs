@@ -397,8 +397,8 @@ impl Lease {
         lease
     }
 
-    /// Frees what the token storage owns; the kind and length are left for
-    /// the caller to overwrite.
+    /// Frees what the token storage owns. The kind, length and storage are
+    /// left as they were: every caller overwrites them or drops the lease.
     fn drop_storage(&mut self) {
         if self.token_on_heap() {
             // SAFETY: the kind and length say the buffer variant is the one
@@ -410,10 +410,6 @@ impl Lease {
             // (`from_holds`, `extend`), and nothing reads it after this.
             unsafe { std::mem::ManuallyDrop::drop(&mut self.token.extended) };
         }
-        self.fence_len = self.fence();
-        self.token = TokenBytes {
-            inline: [0; INLINE_TOKEN],
-        };
     }
 
     /// The holds, if this lease has left the compact form.
@@ -839,6 +835,16 @@ impl Lease {
         let earliest = holds.earliest().unwrap_or(0);
         self.set_deadline(earliest);
         expired
+    }
+
+    /// Makes an extended lease's earliest deadline exact again: a release
+    /// or a renewal of the hold that had it leaves an earlier one, which
+    /// costs only a look too soon, until this.
+    pub fn refresh_earliest(&mut self) {
+        if let Some(holds) = self.extended() {
+            let earliest = holds.earliest().unwrap_or(0);
+            self.set_deadline(earliest);
+        }
     }
 
     /// A master's effect: `token`'s hold is `grant`, on the key's terms
@@ -1805,6 +1811,20 @@ mod tests {
             Ok(Acquire::Granted { .. })
         ));
         assert_eq!(lease.view(T0 + 3000).limit, Some(9));
+    }
+
+    #[test]
+    fn the_earliest_deadline_is_made_exact_again() {
+        let mut fences = FenceSequence::new();
+        let mut lease = key_with(&[(b"a", SHARED), (b"b", SHARED)], &mut fences);
+        assert!(lease.renew(b"a", 10, T0));
+        assert!(lease.renew(b"b", 5000, T0));
+        assert!(lease.release(b"a", T0 + 1));
+        // Left at a's deadline: a look too soon, never too late.
+        assert_eq!(lease.deadline(), Some(T0 + 10));
+        assert!(!lease.has_expired_hold(T0 + 10));
+        lease.refresh_earliest();
+        assert_eq!(lease.deadline(), Some(T0 + 5000));
     }
 
     #[test]
