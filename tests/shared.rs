@@ -732,7 +732,7 @@ for_each_server!(expiry_of_one_shared_hold_leaves_the_others, |flavor| {
     let server = Server::start(flavor);
     let mut con = server.client();
     config_set(&mut con, "lease.reap-hz", "100");
-    let fa = Acquire::shared("k", 200).token("a").take(&mut con);
+    let fa = Acquire::shared("k", 500).token("a").take(&mut con);
     let fb = Acquire::shared("k", MINUTE).token("b").take(&mut con);
     assert_eq!(holder_fences(&mut con, "k"), [fa, fb]);
 
@@ -768,11 +768,11 @@ for_each_server!(the_reaper_deletes_a_key_once_every_hold_expired, |flavor| {
     let mut con = server.client();
     config_set(&mut con, "lease.reap-hz", "100");
     let mut last = 0;
-    for (t, ttl) in [("a", 100), ("b", 300), ("c", 500)] {
+    for (t, ttl) in [("a", 400), ("b", 700), ("c", 1_000)] {
         last = Acquire::shared("k", ttl).token(t).take(&mut con);
     }
     for t in ["a", "b"] {
-        Acquire::shared("sem", 200).token(t).limit(2).take(&mut con);
+        Acquire::shared("sem", 500).token(t).limit(2).take(&mut con);
     }
     assert_eq!(lease_stat(&server, "shared_holds"), 5);
 
@@ -1562,7 +1562,7 @@ for_each_server!(info_lease_counts_shared_holds, |flavor| {
 
     assert_eq!(release(&mut con, "k1", "a"), 1);
     assert_eq!(gauge(), 4);
-    Acquire::shared("k1", 50).token("short").take(&mut con);
+    Acquire::shared("k1", 500).token("short").take(&mut con);
     assert_eq!(gauge(), 5);
     wait_until("the short hold to be reaped", WAIT, || gauge() == 4);
     assert_eq!(lease_stat(&server, "expired"), 1);
