@@ -10,6 +10,8 @@
 
 mod common;
 
+use std::io::Write;
+use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::calls::{
@@ -19,8 +21,8 @@ use common::calls::{
 use common::holds::{
     assert_no_token, assert_refused, assert_refused_with, fence_ms, granted_to, holder_fences,
     holders, holds_still, info, info_of, limit_mismatch, parse_holders, parse_info, queue,
-    snapshot, Acquire, HOLDER_FIELDS, INFO_FIELDS, LIMIT_ERR, MAX_HOLDERS_ERR, OTHER_MODE_ERR,
-    OWNER_ERR, WAIT, WRONGTYPE,
+    snapshot, wait_waiters, Acquire, HOLDER_FIELDS, INFO_FIELDS, LIMIT_ERR, MAX_HOLDERS_ERR,
+    OTHER_MODE_ERR, OWNER_ERR, WAIT, WRONGTYPE,
 };
 use common::lease::lease_stat;
 use common::reply::{assert_ok, error_text, expect_error, grant};
@@ -1781,4 +1783,338 @@ for_each_server!(eviction_allow_counts_and_logs_a_lost_shared_key, |flavor| {
         .limit(2)
         .take(&mut con);
     assert!(fresh > top);
+});
+
+// ---------------------------------------------------------------------------------------
+// The queue when its head leaves, and the key's life around the holds
+// ---------------------------------------------------------------------------------------
+
+/// `acquire` (which must block) on a bare socket the test can close; returns once
+/// `LEASE.INFO` counts it as the `position`th waiter.
+fn raw_waiter(server: &Server, acquire: &Acquire, position: i64) -> TcpStream {
+    let mut stream = TcpStream::connect(("127.0.0.1", server.port))
+        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.flavor));
+    stream
+        .write_all(&acquire.cmd().get_packed_command())
+        .unwrap_or_else(|e| panic!("cannot send on a raw socket: {e}"));
+    wait_waiters(&mut server.client(), &acquire.key, position);
+    stream
+}
+
+for_each_server!(
+    a_writer_leaving_the_head_lets_the_readers_behind_it_in,
+    |flavor| {
+        let server = Server::start(flavor);
+        let mut con = server.client();
+        for how in ["timeout", "CLIENT UNBLOCK", "disconnect"] {
+            let key = format!("k:{how}");
+            let fa = Acquire::shared(&key, MINUTE).token("a").take(&mut con);
+            let writer = Acquire::exclusive(&key, MINUTE).token("w");
+            let reader = Acquire::shared(&key, MINUTE).token("r").block(0);
+            let left = match how {
+                "timeout" => {
+                    let w = queue(&server, &writer.clone().block(300), 1);
+                    let r = queue(&server, &reader, 2);
+                    let (reply, at) = w.reply(WAIT, "the writer's timeout");
+                    assert_eq!(reply, Value::Nil, "{how}");
+                    (r, at)
+                }
+                "CLIENT UNBLOCK" => {
+                    let w = queue(&server, &writer.clone().block(0), 1);
+                    let r = queue(&server, &reader, 2);
+                    let unblocked = call(&mut con, "CLIENT", ("UNBLOCK", w.client_id));
+                    assert_eq!(unblocked, Value::Int(1), "{how}");
+                    let (reply, at) = w.reply(WAIT, "the unblocked writer");
+                    assert_eq!(reply, Value::Nil, "{how}");
+                    (r, at)
+                }
+                _ => {
+                    let w = raw_waiter(&server, &writer.clone().block(0), 1);
+                    let r = queue(&server, &reader, 2);
+                    w.shutdown(Shutdown::Both).expect("shutdown");
+                    drop(w);
+                    (r, Instant::now())
+                }
+            };
+            let (r, gone) = left;
+            // The reader is now the head, and a reader's hold is all there is: it is
+            // served without waiting for a's hold to end.
+            let (reply, at) = r.reply(WAIT, &format!("the reader after the writer's {how}"));
+            let (token, fr) = grant(reply, how).unwrap_or_else(|| panic!("{how}: nil"));
+            assert_eq!(token, b"r");
+            assert!(fr > fa, "{how}");
+            assert!(
+                at.saturating_duration_since(gone) < Duration::from_secs(1),
+                "{how}: the reader was served {:?} after the writer left",
+                at.saturating_duration_since(gone)
+            );
+            let i = info_of(&mut con, &key);
+            assert_eq!((i.holders, i.waiters), (2, 0), "{how}: {i:?}");
+        }
+        assert_eq!(lease_stat(&server, "waiters"), 0);
+    }
+);
+
+for_each_server!(
+    del_and_overwrite_answer_a_shared_group_of_waiters,
+    |flavor| {
+        let server = Server::start(flavor);
+        let mut con = server.client();
+
+        // DEL: the readers at the head are served together; the writer behind them waits.
+        let fx = Acquire::exclusive("k", MINUTE).token("x").take(&mut con);
+        let s1 = queue(
+            &server,
+            &Acquire::shared("k", MINUTE).token("s1").block(0),
+            1,
+        );
+        let s2 = queue(
+            &server,
+            &Acquire::shared("k", MINUTE).token("s2").block(0),
+            2,
+        );
+        let e = queue(
+            &server,
+            &Acquire::exclusive("k", MINUTE).token("e").block(0),
+            3,
+        );
+        assert_eq!(int(call(&mut con, "DEL", "k")), 1);
+        let f1 = granted_to(s1, "s1", "the first reader after DEL");
+        let f2 = granted_to(s2, "s2", "the second reader after DEL");
+        assert!(fx < f1 && f1 < f2);
+        let i = info_of(&mut con, "k");
+        assert_eq!((i.holders, i.waiters), (2, 1), "{i:?}");
+        e.assert_waiting("the writer behind the readers");
+        assert_eq!(
+            renew(&mut con, "k", "x", MINUTE),
+            0,
+            "x's hold went with DEL"
+        );
+        assert_eq!(lease_stat(&server, "shared_holds"), 2);
+
+        // Overwritten by a string: every waiter is answered WRONGTYPE, every hold is gone.
+        let w2 = queue(
+            &server,
+            &Acquire::exclusive("k", MINUTE).token("e2").block(0),
+            2,
+        );
+        assert_ok(call(&mut con, "SET", ("k", "v")), "SET over a shared key");
+        for (w, name) in [(e, "e"), (w2, "e2")] {
+            let (reply, _) = w.reply(WAIT, name);
+            let error = expect_error(&reply, name);
+            assert!(error.starts_with("WRONGTYPE"), "{name}: {error}");
+        }
+        assert_eq!(lease_stat(&server, "shared_holds"), 0);
+        assert_eq!(lease_stat(&server, "keys"), 0);
+        assert_eq!(lease_stat(&server, "waiters"), 0);
+    }
+);
+
+for_each_server!(
+    keyspace_commands_keep_the_shared_holds_and_the_gauge,
+    |flavor| {
+        let server = Server::start(flavor);
+        let mut con = server.client();
+        let gauge = || lease_stat(&server, "shared_holds");
+        for t in ["a", "b", "c"] {
+            Acquire::shared("k", MINUTE)
+                .token(t)
+                .limit(4)
+                .owner(format!("owner-{t}"))
+                .take(&mut con);
+        }
+        let shape = holds_still(&mut con, "k");
+        assert_eq!(gauge(), 3);
+
+        // COPY of a lease is refused, as in version 1.
+        assert!(error_text(&call(&mut con, "COPY", ("k", "k2"))).is_some());
+        assert_eq!(gauge(), 3);
+        assert!(!exists(&mut con, "k2"));
+
+        assert_ok(call(&mut con, "RENAME", ("k", "k2")), "RENAME");
+        assert_eq!(holds_still(&mut con, "k2"), shape, "after RENAME");
+        assert_eq!(renew(&mut con, "k2", "b", MINUTE), 1);
+        assert_eq!(gauge(), 3);
+        assert_eq!(int(call(&mut con, "MOVE", ("k2", 1))), 1);
+        assert_eq!(gauge(), 3);
+        assert_ok(call(&mut con, "SWAPDB", (0, 1)), "SWAPDB");
+        assert_eq!(holds_still(&mut con, "k2"), shape, "after MOVE and SWAPDB");
+        assert_eq!(info_of(&mut con, "k2").limit, Some(4));
+        assert_eq!(gauge(), 3);
+
+        // RESTORE REPLACE with a key of one hold: the gauge drops by the two replaced.
+        Acquire::shared("one", MINUTE).token("o").take(&mut con);
+        let payload = common::lease::dump(&mut con, "one").payload();
+        assert_eq!(gauge(), 4);
+        assert_ok(
+            call(&mut con, "RESTORE", ("k2", 0, &payload[..], "REPLACE")),
+            "RESTORE REPLACE",
+        );
+        assert_eq!(gauge(), 2);
+        assert_eq!(
+            renew(&mut con, "k2", "a", MINUTE),
+            0,
+            "a's hold was replaced"
+        );
+        assert_eq!(renew(&mut con, "k2", "o", MINUTE), 1);
+
+        // Overwritten, unlinked, flushed.
+        assert_ok(call(&mut con, "SET", ("one", "v")), "SET");
+        assert_eq!(gauge(), 1);
+        assert_eq!(int(call(&mut con, "UNLINK", "k2")), 1);
+        wait_until("UNLINK to free the value", WAIT, || gauge() == 0);
+        for t in ["a", "b"] {
+            Acquire::shared("f", MINUTE).token(t).take(&mut con);
+        }
+        assert_eq!(gauge(), 2);
+        assert_ok(call(&mut con, "FLUSHDB", "ASYNC"), "FLUSHDB ASYNC");
+        wait_until("FLUSHDB ASYNC to free the values", WAIT, || gauge() == 0);
+        assert_eq!(lease_stat(&server, "keys"), 0);
+    }
+);
+
+for_each_server!(a_thousand_shared_holds_on_one_key, |flavor| {
+    let server = Server::start(flavor);
+    let mut con = server.client();
+    config_set(&mut con, "lease.reap-hz", "100");
+    config_set(&mut con, "lease.reap-batch", "100");
+    Acquire::shared("k", MINUTE).token("t0").take(&mut con);
+    let one = int(call(&mut con, "MEMORY", ("USAGE", "k")));
+
+    let mut pipe = redis::pipe();
+    for i in 1..1_000 {
+        pipe.add_command(
+            Acquire::shared("k", 1_000)
+                .token(format!("t{i}"))
+                .owner(format!("worker-{i}"))
+                .cmd(),
+        );
+    }
+    let replies: Vec<Value> = pipe.query(&mut con).expect("999 acquires");
+    let mut fences = Vec::new();
+    for (i, r) in replies.into_iter().enumerate() {
+        let (_, f) = grant(r, "a pipelined shared acquire")
+            .unwrap_or_else(|| panic!("acquire {} answered nil", i + 1));
+        fences.push(f);
+    }
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "fences rise");
+    let listed = holders(&mut con, "k");
+    assert_eq!(listed.len(), 1_000);
+    assert_eq!(
+        listed[1..].iter().map(|h| h.fence).collect::<Vec<_>>(),
+        fences
+    );
+    assert_eq!(listed[999].owner.as_deref(), Some("worker-999"));
+    let many = int(call(&mut con, "MEMORY", ("USAGE", "k")));
+    assert!(
+        many > one + 999 * 8,
+        "MEMORY USAGE counts the holds: {one} bytes with one, {many} with a thousand"
+    );
+    assert_eq!(lease_stat(&server, "shared_holds"), 1_000);
+
+    // They expire together; the reaper takes them in batches; t0 stays.
+    wait_until("999 holds to be reaped", WAIT, || {
+        lease_stat(&server, "expired") == 999
+    });
+    assert_eq!(holders(&mut con, "k").len(), 1);
+    assert_eq!(lease_stat(&server, "shared_holds"), 1);
+    assert_eq!(renew(&mut con, "k", "t0", MINUTE), 1);
+    assert_eq!(renew(&mut con, "k", "t5", MINUTE), 0);
+});
+
+for_each_server!(
+    an_expiring_writer_hands_over_to_a_group_of_readers,
+    |flavor| {
+        let server = Server::start(flavor);
+        let mut con = server.client();
+        let fx = Acquire::exclusive("k", 300).token("x").take(&mut con);
+        let r1 = queue(
+            &server,
+            &Acquire::shared("k", MINUTE).token("r1").block(5_000),
+            1,
+        );
+        let r2 = queue(
+            &server,
+            &Acquire::shared("k", MINUTE).token("r2").block(5_000),
+            2,
+        );
+        let f1 = granted_to(r1, "r1", "the first reader at the writer's deadline");
+        let f2 = granted_to(r2, "r2", "the second reader at the writer's deadline");
+        let deadline = fence_ms(fx) + 300;
+        for f in [f1, f2] {
+            let served = fence_ms(f);
+            assert!(
+                served >= deadline,
+                "served at {served}, deadline {deadline}"
+            );
+            assert!(
+                served - deadline <= 150,
+                "served {} ms late",
+                served - deadline
+            );
+        }
+        let i = info_of(&mut con, "k");
+        assert_eq!(
+            (i.mode.as_deref(), i.holders, i.waiters),
+            (Some("shared"), 2, 0)
+        );
+    }
+);
+
+for_each_server!(shared_acquires_in_transactions_and_scripts, |flavor| {
+    let server = Server::start(flavor);
+    let mut con = server.client();
+    Acquire::exclusive("busy", MINUTE).token("x").take(&mut con);
+
+    // MULTI: BLOCK does not block; each grant takes its own rising fence. Sent one by
+    // one, so that EXEC's array keeps the error reply in its place.
+    assert_ok(call(&mut con, "MULTI", NONE), "MULTI");
+    for a in [
+        Acquire::shared("m", MINUTE).token("a"),
+        Acquire::shared("m", MINUTE).token("b").owner("o"),
+        Acquire::shared("m", MINUTE),
+        Acquire::shared("busy", MINUTE).token("c").block(0),
+        Acquire::exclusive("m", MINUTE).token("a"),
+    ] {
+        assert_eq!(text(a.send(&mut con)), "QUEUED");
+    }
+    let replies = match call(&mut con, "EXEC", NONE) {
+        Value::Array(replies) => replies,
+        other => panic!("EXEC: {other:?}"),
+    };
+    assert_eq!(replies.len(), 5, "{replies:?}");
+    let fences: Vec<u64> = replies[..3]
+        .iter()
+        .map(|r| grant(r.clone(), "in MULTI").expect("granted").1)
+        .collect();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+    assert_eq!(replies[3], Value::Nil, "BLOCK inside MULTI does not block");
+    assert_eq!(
+        expect_error(&replies[4], "the other mode in MULTI"),
+        OTHER_MODE_ERR
+    );
+    assert_eq!(holder_fences(&mut con, "m"), fences);
+
+    // A script: a semaphore taken to its limit.
+    let script = r#"
+        local got = {}
+        for i = 1, 4 do
+            local g = redis.call('LEASE.ACQUIRE', KEYS[1], 60000, 'TOKEN', 'p' .. i,
+                'SHARED', 'LIMIT', 3, 'OWNER', 'lua')
+            if g then got[#got + 1] = g[2] else got[#got + 1] = 0 end
+        end
+        return got
+    "#;
+    let reply = call(&mut con, "EVAL", (script, 1, "sem"));
+    let Value::Array(items) = reply else {
+        panic!("EVAL: {reply:?}");
+    };
+    let got: Vec<i64> = items.into_iter().map(int).collect();
+    assert!(got[0] > 0 && got[0] < got[1] && got[1] < got[2], "{got:?}");
+    assert_eq!(got[3], 0, "the fourth permit of three: nil");
+    let i = info_of(&mut con, "sem");
+    assert_eq!((i.holders, i.limit), (3, Some(3)));
+    assert!(holders(&mut con, "sem")
+        .iter()
+        .all(|h| h.owner.as_deref() == Some("lua")));
 });
