@@ -18,6 +18,7 @@ use common::holds::{
     holds_still, info, info_of, limit_mismatch, Acquire, Holder, Info, Still, OTHER_MODE_ERR, WAIT,
 };
 use common::lease::{dump, lease_stat};
+use common::rdb::{seal, Body};
 use common::reply::{error_text, expect_error, grant, pairs};
 use common::waiter::Waiter;
 use common::{info_field, master_and_replica, now_ms, wait_until, Flavor, Server, ServerOptions};
@@ -792,8 +793,13 @@ for_each_server!(a_promoted_replica_keeps_shared_holds, |flavor| {
         .token("p2")
         .limit(2)
         .take(&mut m);
+    // A token the master generated inside a script reaches the replica as it is.
+    let script = "return redis.call('LEASE.ACQUIRE', KEYS[1], 60000, 'SHARED', 'OWNER', 'lua')";
+    let reply = call(&mut m, "EVAL", (script, 1, "gen"));
+    let (generated, fg) = grant(reply, "EVAL LEASE.ACQUIRE SHARED").expect("granted");
+    assert_eq!(generated.len(), 32);
     let issued = lease_stat(&master, "fence_last");
-    assert_same(&master, &replica, &["sem"], "before the promotion");
+    assert_same(&master, &replica, &["sem", "gen"], "before the promotion");
     let mut r = replica.client();
     assert_eq!(call(&mut r, "REPLICAOF", ("NO", "ONE")), Value::Okay);
     wait_until("the replica to see itself primary", WAIT, || {
@@ -830,6 +836,109 @@ for_each_server!(a_promoted_replica_keeps_shared_holds, |flavor| {
             (f3, "shared".to_string(), None)
         ]
     );
+    assert_eq!(
+        holds_still(&mut r, "gen"),
+        [(fg, "shared".to_string(), Some("lua".to_string()))]
+    );
+    assert_eq!(renew(&mut r, "gen", &generated, MINUTE), 1);
+    assert_eq!(release(&mut r, "gen", &generated), 1);
+    assert!(!exists(&mut r, "gen"));
+});
+
+for_each_server!(keyspace_commands_on_shared_keys_replicate, |flavor| {
+    let (master, replica) = master_and_replica(flavor);
+    let mut m = master.client();
+    let keys = ["a", "b", "c", "one"];
+    for t in ["r1", "r2"] {
+        Acquire::shared("a", MINUTE)
+            .token(t)
+            .limit(3)
+            .owner(t)
+            .take(&mut m);
+        Acquire::shared("c", MINUTE).token(t).take(&mut m);
+    }
+    Acquire::shared("one", MINUTE).token("o").take(&mut m);
+    assert_same(&master, &replica, &keys, "after the grants");
+
+    assert_eq!(call(&mut m, "RENAME", ("a", "b")), Value::Okay);
+    assert_same(&master, &replica, &keys, "after RENAME");
+    let payload = dump(&mut m, "one").payload();
+    assert_eq!(
+        call(&mut m, "RESTORE", ("c", 0, &payload[..], "REPLACE")),
+        Value::Okay
+    );
+    assert_same(&master, &replica, &keys, "after RESTORE REPLACE");
+    assert_eq!(int(call(&mut m, "MOVE", ("b", 1))), 1);
+    assert_same(&master, &replica, &keys, "after MOVE");
+    let mut r = replica.client();
+    select(&mut r, 1);
+    assert_eq!(common::holds::holders(&mut r, "b").len(), 2, "b in db 1");
+    assert_eq!(call(&mut m, "SET", ("one", "v")), Value::Okay);
+    assert_same(&master, &replica, &keys[..3], "after SET over a shared key");
+    assert_eq!(lease_stat(&replica, "shared_holds"), 3);
+});
+
+for_each_server!(a_version_1_payload_loads_as_an_exclusive_hold, |flavor| {
+    let server = Server::start(flavor);
+    let mut con = server.client();
+    Acquire::exclusive("template", MINUTE)
+        .token("t")
+        .take(&mut con);
+    let template = dump(&mut con, "template");
+    let fence = lease_stat(&server, "fence_last") + 1_000;
+    let body = Body::lease(fence, now_ms() + MINUTE, b"v1-token");
+    assert_eq!(body.module_id() & 1023, 1, "a version 1 value");
+    let payload = seal(&body.0, template.version);
+    assert_eq!(restore(&mut con, "old", &payload), Value::Okay);
+
+    let i = info_of(&mut con, "old");
+    assert_eq!(
+        Info {
+            ttl: 0,
+            ..i.clone()
+        },
+        Info {
+            state: "held".into(),
+            ttl: 0,
+            fence,
+            waiters: 0,
+            mode: Some("exclusive".into()),
+            holders: 1,
+            limit: None,
+            owner: None,
+            session: None,
+            bound: 0,
+        }
+    );
+    assert!(i.ttl > 50_000, "{i:?}");
+    assert_eq!(
+        holds_still(&mut con, "old"),
+        [(fence, "exclusive".to_string(), None)]
+    );
+    Acquire::shared("old", MINUTE).token("r").refused(&mut con);
+    assert_eq!(
+        Acquire::shared("old", MINUTE)
+            .token("v1-token")
+            .error(&mut con),
+        OTHER_MODE_ERR
+    );
+    assert_eq!(
+        Acquire::exclusive("old", MINUTE)
+            .token("v1-token")
+            .fence(&mut con),
+        Some(fence)
+    );
+    assert!(lease_stat(&server, "fence_last") >= fence);
+    // Saved again, it is a version 2 value that loads the same.
+    assert_eq!(dump(&mut con, "old").module_id() & 1023, 2);
+    assert_eq!(call(&mut con, "DEBUG", "RELOAD"), Value::Okay);
+    assert_eq!(
+        holds_still(&mut con, "old"),
+        [(fence, "exclusive".to_string(), None)]
+    );
+    assert_eq!(release(&mut con, "old", "v1-token"), 1);
+    let next = Acquire::shared("old", MINUTE).token("r").take(&mut con);
+    assert!(next > fence);
 });
 
 // ---------------------------------------------------------------------------
