@@ -18,13 +18,14 @@ use common::calls::{
     call, config_get, config_set, describe, exists, info_on, int, key_type, release, renew, send,
     strings, text, NONE,
 };
+use common::errors::{
+    limit_mismatch, LIMIT_ERR, MAX_HOLDERS_ERR, OTHER_MODE_ERR, OWNER_ERR, WRONGTYPE,
+};
 use common::holds::{
     assert_no_token, assert_refused, assert_refused_with, fence_ms, granted_to, holder_fences,
-    holders, holds_still, info, info_of, limit_mismatch, parse_holders, parse_info, queue,
-    snapshot, wait_waiters, Acquire, HOLDER_FIELDS, INFO_FIELDS, LIMIT_ERR, MAX_HOLDERS_ERR,
-    OTHER_MODE_ERR, OWNER_ERR, WAIT, WRONGTYPE,
+    holders, holds_still, info_of, parse_holders, queue, snapshot, Acquire, HOLDER_FIELDS, WAIT,
 };
-use common::lease::lease_stat;
+use common::lease::{lease_info, lease_stat, parse_info, wait_for_waiters, Info, INFO_FIELDS};
 use common::reply::{assert_ok, error_text, expect_error, grant};
 use common::{wait_until, Flavor, Server};
 use redis::{Connection, Value};
@@ -505,7 +506,7 @@ for_each_server!(the_limit_is_forgotten_once_no_hold_is_left, |flavor| {
         .error(&mut con);
     assert_eq!(e, limit_mismatch(Some(3)), "one hold left: remembered");
     assert_eq!(release(&mut con, "sem", "b"), 1);
-    assert_eq!(info(&mut con, "sem"), None);
+    assert_eq!(lease_info(&mut con, "sem"), None);
     Acquire::shared("sem", MINUTE)
         .token("c")
         .limit(5)
@@ -717,7 +718,7 @@ for_each_server!(renew_and_release_act_on_one_shared_hold, |flavor| {
     assert_eq!(renew(&mut con, "k", "a", MINUTE), 1);
     assert_eq!(release(&mut con, "k", "a"), 1);
     assert!(!exists(&mut con, "k"), "the last hold released: deleted");
-    assert_eq!(info(&mut con, "k"), None);
+    assert_eq!(lease_info(&mut con, "k"), None);
     assert!(holders(&mut con, "k").is_empty());
 
     let after = stats(&server);
@@ -940,7 +941,7 @@ for_each_server!(lease_info_has_ten_fields_in_order, |flavor| {
         let i = parse_info(replies[2].clone(), "LEASE.INFO free").expect("free");
         assert_eq!(
             i,
-            common::holds::Info {
+            Info {
                 state: "free".into(),
                 ttl: -1,
                 fence: ff,
@@ -951,6 +952,7 @@ for_each_server!(lease_info_has_ten_fields_in_order, |flavor| {
                 owner: None,
                 session: None,
                 bound: 0,
+                fields: INFO_FIELDS.map(String::from).to_vec(),
             },
             "{proto}"
         );
@@ -1797,7 +1799,7 @@ fn raw_waiter(server: &Server, acquire: &Acquire, position: i64) -> TcpStream {
     stream
         .write_all(&acquire.cmd().get_packed_command())
         .unwrap_or_else(|e| panic!("cannot send on a raw socket: {e}"));
-    wait_waiters(&mut server.client(), &acquire.key, position);
+    wait_for_waiters(&mut server.client(), &acquire.key, position);
     stream
 }
 

@@ -14,10 +14,9 @@ use std::time::Duration;
 
 use common::calls::{call, call_error, digest, exists, int, release, renew, restore, select, text};
 use common::cluster::{key_slot, Cluster};
-use common::holds::{
-    holds_still, info, info_of, limit_mismatch, Acquire, Holder, Info, Still, OTHER_MODE_ERR, WAIT,
-};
-use common::lease::{dump, lease_stat};
+use common::errors::{limit_mismatch, OTHER_MODE_ERR};
+use common::holds::{holds_still, info_of, info_still, Acquire, Holder, Still, WAIT};
+use common::lease::{dump, lease_info, lease_stat, Info, INFO_FIELDS};
 use common::rdb::{seal, Body};
 use common::reply::{error_text, expect_error, grant, pairs};
 use common::waiter::Waiter;
@@ -288,10 +287,7 @@ fn verify(server: &Server, con: &mut Connection, w: &mut World, when: &str) {
         let i = info_of(con, key);
         let exclusive_owner = (!first.shared).then(|| first.owner.clone()).flatten();
         assert_eq!(
-            Info {
-                ttl: 0,
-                ..i.clone()
-            },
+            info_still(&i),
             Info {
                 state: "held".into(),
                 ttl: 0,
@@ -303,6 +299,7 @@ fn verify(server: &Server, con: &mut Connection, w: &mut World, when: &str) {
                 owner: exclusive_owner,
                 session: None,
                 bound: 0,
+                fields: INFO_FIELDS.map(String::from).to_vec(),
             },
             "{when}: LEASE.INFO {key} (db {db})"
         );
@@ -591,11 +588,11 @@ fn assert_same(master: &Server, replica: &Server, keys: &[&str], when: &str) {
     let mut m = master.client();
     let mut r = replica.client();
     for key in keys {
-        let (a, b) = (info(&mut m, key), info(&mut r, key));
+        let (a, b) = (lease_info(&mut m, key), lease_info(&mut r, key));
         match (&a, &b) {
             (None, None) => {}
             (Some(a), Some(b)) => {
-                assert_eq!(a.still(), b.still(), "{when}: LEASE.INFO {key}");
+                assert_eq!(info_still(a), info_still(b), "{when}: LEASE.INFO {key}");
                 assert!((a.ttl - b.ttl).abs() <= 100, "{when}: {key}: {a:?} {b:?}");
             }
             _ => panic!("{when}: {key}: master {a:?}, replica {b:?}"),
@@ -886,17 +883,14 @@ for_each_server!(a_version_1_payload_loads_as_an_exclusive_hold, |flavor| {
         .take(&mut con);
     let template = dump(&mut con, "template");
     let fence = lease_stat(&server, "fence_last") + 1_000;
-    let body = Body::lease(fence, now_ms() + MINUTE, b"v1-token");
+    let body = Body::new("lease-key", 1).lease_fields(fence, now_ms() + MINUTE, b"v1-token");
     assert_eq!(body.module_id() & 1023, 1, "a version 1 value");
     let payload = seal(&body.0, template.version);
     assert_eq!(restore(&mut con, "old", &payload), Value::Okay);
 
     let i = info_of(&mut con, "old");
     assert_eq!(
-        Info {
-            ttl: 0,
-            ..i.clone()
-        },
+        info_still(&i),
         Info {
             state: "held".into(),
             ttl: 0,
@@ -908,6 +902,7 @@ for_each_server!(a_version_1_payload_loads_as_an_exclusive_hold, |flavor| {
             owner: None,
             session: None,
             bound: 0,
+            fields: INFO_FIELDS.map(String::from).to_vec(),
         }
     );
     assert!(i.ttl > 50_000, "{i:?}");
@@ -948,7 +943,10 @@ for_each_server!(a_version_1_payload_loads_as_an_exclusive_hold, |flavor| {
 type Shape = (Vec<Still>, Option<Info>);
 
 fn shape<C: ConnectionLike>(con: &mut C, key: &str) -> Shape {
-    (holds_still(con, key), info(con, key).map(|i| i.still()))
+    (
+        holds_still(con, key),
+        lease_info(con, key).map(|i| info_still(&i)),
+    )
 }
 
 /// Three readers (two with owners), a semaphore, an exclusive hold with an owner.

@@ -1,31 +1,20 @@
 //! Version 2 of the contract as the shared-hold tests see it (tests/shared.rs,
 //! tests/shared_persistence.rs): `LEASE.ACQUIRE` with `SHARED [LIMIT n]` and `OWNER`,
-//! the ten-field `LEASE.INFO`, `LEASE.HOLDERS`, their exact error replies, and what a
-//! refused command must leave as it was.
+//! `LEASE.HOLDERS`, blocked acquires of either mode, and what a refused command must
+//! leave as it was (`LEASE.INFO` itself: `lease`; the exact errors: `errors`).
 //!
-//! The parsers are strict: every field, in the contract's order, of the contract's
-//! type. A reply that is not so panics with the reply in the message.
+//! The `LEASE.HOLDERS` parser is strict: every field, in the contract's order, of the
+//! contract's type. A reply that is not so panics with the reply in the message.
 
 use std::time::Duration;
 
 use redis::{Cmd, ConnectionLike, Value};
 
 use super::calls::{call, describe, send};
+use super::lease::{lease_info, wait_for_waiters, Info};
 use super::reply::{error_text, expect_error, grant};
 use super::waiter::Waiter;
-use super::{wait_until, Server};
-
-pub const LIMIT_ERR: &str = "ERR LIMIT must be an integer from 1 to 1000000";
-pub const OTHER_MODE_ERR: &str = "ERR this token holds the lease in the other mode";
-pub const MAX_HOLDERS_ERR: &str = "ERR too many holders for this key (see lease.max-holders)";
-pub const OWNER_ERR: &str = "ERR OWNER must be 1 to 128 bytes without control characters";
-pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-
-/// `ERR LIMIT does not match this lease's limit <m|none>`.
-pub fn limit_mismatch(limit: Option<u64>) -> String {
-    let shown = limit.map_or_else(|| "none".to_string(), |n| n.to_string());
-    format!("ERR LIMIT does not match this lease's limit {shown}")
-}
+use super::Server;
 
 /// How long a test waits for anything that must happen.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -157,37 +146,23 @@ impl Acquire {
 }
 
 // ---------------------------------------------------------------------------
-// LEASE.INFO, version 2
+// LEASE.INFO (parsed by `lease::parse_info`)
 
-/// The field names of `LEASE.INFO`, in reply order.
-pub const INFO_FIELDS: [&str; 10] = [
-    "state", "ttl", "fence", "waiters", "mode", "holders", "limit", "owner", "session", "bound",
-];
-
-/// What `LEASE.INFO` says of a key.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Info {
-    pub state: String,
-    pub ttl: i64,
-    pub fence: u64,
-    pub waiters: i64,
-    pub mode: Option<String>,
-    pub holders: i64,
-    pub limit: Option<i64>,
-    pub owner: Option<String>,
-    pub session: Option<String>,
-    pub bound: i64,
+/// `LEASE.INFO key`, which must not be nil.
+pub fn info_of<C: ConnectionLike>(con: &mut C, key: &str) -> Info {
+    lease_info(con, key).unwrap_or_else(|| panic!("LEASE.INFO {key} is nil"))
 }
 
-impl Info {
-    /// Everything but the ttl, which counts down: for "nothing changed" checks.
-    pub fn still(&self) -> Info {
-        Info {
-            ttl: 0,
-            ..self.clone()
-        }
+/// Everything but the ttl, which counts down: for "nothing changed" checks.
+pub fn info_still(info: &Info) -> Info {
+    Info {
+        ttl: 0,
+        ..info.clone()
     }
 }
+
+// ---------------------------------------------------------------------------
+// Reading maps
 
 /// A name or a text value: bulk or simple string.
 fn as_text(v: &Value) -> Option<String> {
@@ -236,60 +211,6 @@ fn text_or_nil(v: &Value, name: &str, what: &str) -> Option<String> {
                 .unwrap_or_else(|| panic!("{what}: `{name}` must be a string or nil: {other:?}")),
         ),
     }
-}
-
-fn int_or_nil(v: &Value, name: &str, what: &str) -> Option<i64> {
-    match v {
-        Value::Nil => None,
-        other => Some(int_field(other, name, what)),
-    }
-}
-
-/// Parses a `LEASE.INFO` reply: nil, or the ten fields in order.
-pub fn parse_info(reply: Value, what: &str) -> Option<Info> {
-    if reply == Value::Nil {
-        return None;
-    }
-    let v = fields(reply, &INFO_FIELDS, what);
-    let state = as_text(&v[0]).unwrap_or_else(|| panic!("{what}: state {:?}", v[0]));
-    let fence = int_field(&v[2], "fence", what);
-    assert!(fence >= 0, "{what}: fence {fence}");
-    Some(Info {
-        state,
-        ttl: int_field(&v[1], "ttl", what),
-        fence: fence as u64,
-        waiters: int_field(&v[3], "waiters", what),
-        mode: text_or_nil(&v[4], "mode", what),
-        holders: int_field(&v[5], "holders", what),
-        limit: int_or_nil(&v[6], "limit", what),
-        owner: text_or_nil(&v[7], "owner", what),
-        session: text_or_nil(&v[8], "session", what),
-        bound: int_field(&v[9], "bound", what),
-    })
-}
-
-/// `LEASE.INFO key`, over RESP2 or RESP3.
-pub fn info<C: ConnectionLike>(con: &mut C, key: &str) -> Option<Info> {
-    parse_info(call(con, "LEASE.INFO", key), &format!("LEASE.INFO {key}"))
-}
-
-/// `LEASE.INFO key`, which must not be nil.
-pub fn info_of<C: ConnectionLike>(con: &mut C, key: &str) -> Info {
-    info(con, key).unwrap_or_else(|| panic!("LEASE.INFO {key} is nil"))
-}
-
-/// The clients `LEASE.INFO key` counts as waiting, 0 for no key.
-pub fn waiters<C: ConnectionLike>(con: &mut C, key: &str) -> i64 {
-    info(con, key).map_or(0, |i| i.waiters)
-}
-
-/// Waits until `LEASE.INFO key` counts `n` waiters.
-pub fn wait_waiters<C: ConnectionLike>(con: &mut C, key: &str, n: i64) {
-    wait_until(
-        &format!("LEASE.INFO {key} waiters = {n}"),
-        Duration::from_secs(5),
-        || waiters(con, key) == n,
-    );
 }
 
 // ---------------------------------------------------------------------------
@@ -416,7 +337,7 @@ pub fn snapshot<C: ConnectionLike>(con: &mut C, keys: &[&str]) -> Snapshot {
     let keys = keys
         .iter()
         .map(|k| {
-            let i = info(con, k).map(|i| i.still());
+            let i = lease_info(con, k).map(|i| info_still(&i));
             (k.to_string(), i, holds_still(con, k))
         })
         .collect();
@@ -458,7 +379,7 @@ pub fn assert_refused_with<C: ConnectionLike>(
 /// `LEASE.INFO` counts it as the `position`th waiter of its key.
 pub fn queue(server: &Server, acquire: &Acquire, position: i64) -> Waiter {
     let waiter = Waiter::send(server, &[], acquire.cmd());
-    wait_waiters(&mut server.client(), &acquire.key, position);
+    wait_for_waiters(&mut server.client(), &acquire.key, position);
     waiter
 }
 
