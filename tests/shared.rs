@@ -2120,3 +2120,181 @@ for_each_server!(shared_acquires_in_transactions_and_scripts, |flavor| {
         .iter()
         .all(|h| h.owner.as_deref() == Some("lua")));
 });
+
+for_each_server!(a_flush_or_swap_serves_a_shared_group_of_waiters, |flavor| {
+    let server = Server::start(flavor);
+    let mut con = server.client();
+    let ops: [&[&str]; 3] = [&["FLUSHALL"], &["FLUSHDB", "ASYNC"], &["SWAPDB", "0", "1"]];
+    for op in ops {
+        let what = op.join(" ");
+        let fx = Acquire::exclusive("k", MINUTE).token("x").take(&mut con);
+        let s1 = queue(
+            &server,
+            &Acquire::shared("k", MINUTE).token("s1").block(0),
+            1,
+        );
+        let s2 = queue(
+            &server,
+            &Acquire::shared("k", MINUTE).token("s2").block(0),
+            2,
+        );
+        let e = queue(
+            &server,
+            &Acquire::exclusive("k", MINUTE).token("e").block(0),
+            3,
+        );
+        call(&mut con, op[0], &op[1..]);
+        let f1 = granted_to(s1, "s1", &format!("the first reader after {what}"));
+        let f2 = granted_to(s2, "s2", &format!("the second reader after {what}"));
+        assert!(fx < f1 && f1 < f2, "{what}");
+        let i = info_of(&mut con, "k");
+        assert_eq!((i.holders, i.waiters), (2, 1), "{what}: {i:?}");
+        e.assert_waiting(&format!("the writer after {what}"));
+        assert_eq!(release(&mut con, "k", "s1"), 1);
+        assert_eq!(release(&mut con, "k", "s2"), 1);
+        granted_to(e, "e", &format!("the writer after {what}"));
+        assert_ok(call(&mut con, "FLUSHALL", "SYNC"), "FLUSHALL SYNC");
+        wait_until("every lease value freed", WAIT, || {
+            lease_stat(&server, "keys") == 0
+        });
+        assert_eq!(lease_stat(&server, "shared_holds"), 0, "{what}");
+    }
+});
+
+for_each_server!(
+    a_reader_leaving_the_middle_of_a_group_is_skipped,
+    |flavor| {
+        let server = Server::start(flavor);
+        let mut con = server.client();
+        Acquire::exclusive("k", MINUTE).token("x").take(&mut con);
+        let s1 = queue(
+            &server,
+            &Acquire::shared("k", MINUTE).token("s1").block(0),
+            1,
+        );
+        let s2 = queue(
+            &server,
+            &Acquire::shared("k", MINUTE).token("s2").block(0),
+            2,
+        );
+        let s3 = queue(
+            &server,
+            &Acquire::shared("k", MINUTE).token("s3").block(0),
+            3,
+        );
+        let s4 = raw_waiter(
+            &server,
+            &Acquire::shared("k", MINUTE).token("s4").block(0),
+            4,
+        );
+        let s5 = queue(
+            &server,
+            &Acquire::shared("k", MINUTE).token("s5").block(0),
+            5,
+        );
+        assert_eq!(
+            call(&mut con, "CLIENT", ("UNBLOCK", s2.client_id)),
+            Value::Int(1)
+        );
+        assert_eq!(s2.reply(WAIT, "s2 unblocked").0, Value::Nil);
+        s4.shutdown(Shutdown::Both).expect("shutdown");
+        drop(s4);
+        wait_for_waiters(&mut con, "k", 3);
+        assert_eq!(release(&mut con, "k", "x"), 1);
+        let fences = [
+            granted_to(s1, "s1", "s1"),
+            granted_to(s3, "s3", "s3"),
+            granted_to(s5, "s5", "s5"),
+        ];
+        assert_eq!(holder_fences(&mut con, "k"), fences);
+        let i = info_of(&mut con, "k");
+        assert_eq!((i.holders, i.waiters), (3, 0), "{i:?}");
+        assert_eq!(lease_stat(&server, "waiters"), 0);
+    }
+);
+
+for_each_server!(grants_to_waiters_are_notified, |flavor| {
+    let server = Server::start(flavor);
+    let mut con = server.client();
+    config_set(&mut con, "notify-keyspace-events", "Ed");
+    Acquire::exclusive("k", MINUTE).token("x").take(&mut con);
+    let s1 = queue(
+        &server,
+        &Acquire::shared("k", MINUTE).token("s1").block(0),
+        1,
+    );
+    let s2 = queue(
+        &server,
+        &Acquire::shared("k", MINUTE).token("s2").block(0),
+        2,
+    );
+    let mut sub = server.client();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.set_read_timeout(Some(WAIT)).unwrap();
+    pubsub.psubscribe("__keyevent@0__:lease.*").unwrap();
+    assert_eq!(release(&mut con, "k", "x"), 1);
+    granted_to(s1, "s1", "s1");
+    granted_to(s2, "s2", "s2");
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let msg = pubsub
+            .get_message()
+            .unwrap_or_else(|e| panic!("no notification after {seen:?}: {e}"));
+        let payload: String = msg.get_payload().unwrap();
+        seen.push((msg.get_channel_name().to_string(), payload));
+    }
+    let expected: Vec<(String, String)> = ["lease.release", "lease.acquire", "lease.acquire"]
+        .iter()
+        .map(|e| (format!("__keyevent@0__:{e}"), "k".to_string()))
+        .collect();
+    assert_eq!(seen, expected);
+});
+
+for_each_server!(eviction_restore_keeps_the_queue_of_a_shared_key, |flavor| {
+    let server = Server::start(flavor);
+    let mut con = server.client();
+    if flavor == Flavor::Redis7 {
+        // No post-notification jobs on Redis 7.0: the mode is refused at CONFIG SET.
+        let reply = call(
+            &mut con,
+            "CONFIG",
+            ("SET", "lease.allkeys-eviction", "restore"),
+        );
+        let e = expect_error(&reply, "CONFIG SET lease.allkeys-eviction restore");
+        assert!(e.contains("post-notification jobs"), "{e}");
+        return;
+    }
+    let f1 = Acquire::shared("lock:q", 600_000)
+        .token("q1")
+        .take(&mut con);
+    let f2 = Acquire::shared("lock:q", 600_000)
+        .token("q2")
+        .owner("reader-2")
+        .take(&mut con);
+    let seeded = holds_still(&mut con, "lock:q");
+    let w = queue(
+        &server,
+        &Acquire::exclusive("lock:q", MINUTE).token("w").block(0),
+        1,
+    );
+    arm(&mut con, "restore");
+    let evicted = fill_until(&mut con, |c| info_on(c, "lease", "lease_evicted") > 0);
+    config_set(&mut con, "maxmemory", "0");
+    assert!(evicted, "five rounds of writes never evicted lock:q");
+    assert_eq!(
+        lease_stat(&server, "restored"),
+        lease_stat(&server, "evicted")
+    );
+
+    // The holds are back, and the writer still waits behind them: an eviction that was
+    // undone is not a DEL that hands the key to the queue.
+    assert_eq!(holds_still(&mut con, "lock:q"), seeded);
+    let i = info_of(&mut con, "lock:q");
+    assert_eq!((i.holders, i.waiters), (2, 1), "{i:?}");
+    w.assert_waiting("the writer after the eviction was undone");
+    assert_eq!(release(&mut con, "lock:q", "q1"), 1);
+    w.assert_waiting("the writer with one reader left");
+    assert_eq!(release(&mut con, "lock:q", "q2"), 1);
+    let fw = granted_to(w, "w", "the writer once both readers released");
+    assert!(fw > f1 && fw > f2);
+});

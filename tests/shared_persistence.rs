@@ -1274,3 +1274,62 @@ fn atomic_slot_migration() {
     replica.wait_for_sync(target);
     assert_eq!(digest(replica), digest(target));
 }
+
+for_each_server!(eviction_of_a_shared_key_reaches_the_replica, |flavor| {
+    let (master, replica) = master_and_replica(flavor);
+    let mut m = master.client();
+    for (t, owner) in [("r1", "reader-1"), ("r2", "reader-2")] {
+        Acquire::shared("lock:rw", 600_000)
+            .token(t)
+            .limit(3)
+            .owner(owner)
+            .take(&mut m);
+    }
+    let seeded = holds_still(&mut m, "lock:rw");
+    // Redis 7.0 has no post-notification jobs, so no restore: the loss is replicated.
+    let mode = if flavor == Flavor::Redis7 {
+        "allow"
+    } else {
+        "restore"
+    };
+    for (name, value) in [
+        ("maxmemory", "20mb"),
+        ("maxmemory-policy", "allkeys-lru"),
+        ("lease.allkeys-eviction", mode),
+    ] {
+        common::calls::config_set(&mut m, name, value);
+    }
+    let value = vec![b'v'; 1024];
+    let mut evicted = false;
+    'fill: for round in 0..5 {
+        for batch in 0..120 {
+            let mut pipe = redis::pipe();
+            for i in 0..500 {
+                pipe.cmd("SET")
+                    .arg(format!("cache:{round}:{batch}:{i}"))
+                    .arg(&value[..])
+                    .ignore();
+            }
+            let () = pipe.query(&mut m).unwrap_or_else(|e| panic!("fill: {e}"));
+            if lease_stat(&master, "evicted") > 0 {
+                evicted = true;
+                break 'fill;
+            }
+        }
+    }
+    common::calls::config_set(&mut m, "maxmemory", "0");
+    assert!(evicted, "five rounds of writes never evicted lock:rw");
+    replica.wait_for_sync(&master);
+    let mut r = replica.client();
+    if mode == "restore" {
+        assert_eq!(holds_still(&mut m, "lock:rw"), seeded);
+        assert_eq!(holds_still(&mut r, "lock:rw"), seeded, "on the replica");
+    } else {
+        assert!(!exists(&mut m, "lock:rw"));
+        assert!(
+            !exists(&mut r, "lock:rw"),
+            "the replica kept an evicted key"
+        );
+    }
+    assert_same(&master, &replica, &["lock:rw"], "after the eviction");
+});
