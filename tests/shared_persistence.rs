@@ -1333,3 +1333,108 @@ for_each_server!(eviction_of_a_shared_key_reaches_the_replica, |flavor| {
     }
     assert_same(&master, &replica, &["lock:rw"], "after the eviction");
 });
+
+/// A version 2 lease-key value of holds, field by field (src/model/encoding.rs): the
+/// key's fence, a free version 1 head, `EXTENDED`, mode (0 exclusive, 1 shared), limit
+/// (0: none), the count, then per hold: fence, deadline, token, owner (empty: none).
+fn extended_body(fence: u64, mode: u64, limit: u64, holds: &[(u64, u64, &[u8], &[u8])]) -> Body {
+    let mut b = Body::new("lease-key", 2)
+        .unsigned(fence)
+        .unsigned(0)
+        .string(b"")
+        .unsigned(1)
+        .unsigned(mode)
+        .unsigned(limit)
+        .unsigned(holds.len() as u64);
+    for (f, deadline, token, owner) in holds {
+        b = b
+            .unsigned(*f)
+            .unsigned(*deadline)
+            .string(token)
+            .string(owner);
+    }
+    b.eof()
+}
+
+for_each_server!(inconsistent_shared_payloads_are_refused, |flavor| {
+    let server = Server::start(flavor);
+    let mut con = server.client();
+    Acquire::shared("template", MINUTE)
+        .token("t")
+        .take(&mut con);
+    let version = dump(&mut con, "template").version;
+    let live = now_ms() + MINUTE;
+    let base = lease_stat(&server, "fence_last") + 100;
+
+    // The encoder is right: a well-formed value of two shared holds under LIMIT 2 loads.
+    let good = extended_body(
+        base + 2,
+        1,
+        2,
+        &[
+            (base + 1, live, b"a", b"owner-a"),
+            (base + 2, live, b"b", b""),
+        ],
+    );
+    assert_eq!(
+        restore(&mut con, "good", &seal(&good.0, version)),
+        Value::Okay
+    );
+    assert_eq!(
+        holds_still(&mut con, "good"),
+        [
+            (base + 1, "shared".to_string(), Some("owner-a".to_string())),
+            (base + 2, "shared".to_string(), None)
+        ]
+    );
+    assert_eq!(info_of(&mut con, "good").limit, Some(2));
+
+    let three: [(u64, u64, &[u8], &[u8]); 3] = [
+        (base + 1, live, b"a", b""),
+        (base + 2, live, b"b", b""),
+        (base + 3, live, b"c", b""),
+    ];
+    let cases = [
+        (
+            "three shared holds under LIMIT 2",
+            extended_body(base + 3, 1, 2, &three),
+        ),
+        (
+            "an exclusive hold with a limit",
+            extended_body(base + 1, 0, 3, &three[..1]),
+        ),
+        (
+            "two holds with one fence",
+            extended_body(
+                base + 1,
+                1,
+                0,
+                &[(base + 1, live, b"a", b""), (base + 1, live, b"b", b"")],
+            ),
+        ),
+        (
+            "a hold with fence 0",
+            extended_body(base + 1, 1, 0, &[(0, live, b"a", b"")]),
+        ),
+    ];
+    let mut loaded = Vec::new();
+    for (what, body) in &cases {
+        let reply = restore(&mut con, "victim", &seal(&body.0, version));
+        match error_text(&reply) {
+            Some(e) => assert!(e.contains("Bad data format"), "{what}: {e}"),
+            None => {
+                loaded.push(format!(
+                    "{what}: loaded; LEASE.INFO {:?}; LEASE.HOLDERS {:?}",
+                    call(&mut con, "LEASE.INFO", "victim"),
+                    call(&mut con, "LEASE.HOLDERS", "victim")
+                ));
+                assert_eq!(int(call(&mut con, "DEL", "victim")), 1);
+            }
+        }
+    }
+    assert!(
+        loaded.is_empty(),
+        "inconsistent values were accepted:\n{}",
+        loaded.join("\n")
+    );
+});
