@@ -1438,3 +1438,78 @@ for_each_server!(inconsistent_shared_payloads_are_refused, |flavor| {
         loaded.join("\n")
     );
 });
+
+/// Bytes in the AOF's incremental files.
+fn aof_bytes(server: &Server) -> u64 {
+    let dir = server.dir.join("appendonlydir");
+    let entries =
+        fs::read_dir(&dir).unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()));
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".incr.aof"))
+        .map(|e| e.metadata().map_or(0, |m| m.len()))
+        .sum()
+}
+
+// As tests/pause.rs for version 1: while writes are paused nothing may reach the AOF
+// or a replica (the server asserts it). A shared hold's deadline passes inside a pause:
+// the hold is gone for readers at once, and dropped (and its key's waiter served) only
+// once the pause ends. Sleeping is the point here: time has to pass inside the pause.
+for_each_server!(
+    a_shared_hold_expiring_in_a_write_pause_is_dropped_after_it,
+    |flavor| {
+        let master = Server::start_with(flavor, aof_options());
+        let replica = Server::start(flavor);
+        common::attach(&replica, &master);
+        let mut m = master.client();
+        let fb = Acquire::shared("k", MINUTE).token("b").take(&mut m);
+        let asked = std::time::Instant::now();
+        Acquire::shared("k", 300).token("a").take(&mut m);
+        Acquire::shared("k2", 300).token("a2").take(&mut m);
+        let deadline = asked + Duration::from_millis(300);
+        let w = common::holds::queue(
+            &master,
+            &Acquire::exclusive("k2", MINUTE).token("w").block(0),
+            1,
+        );
+        let expired = lease_stat(&master, "expired");
+
+        let sent = std::time::Instant::now();
+        assert_eq!(
+            call(&mut m, "CLIENT", ("PAUSE", 1_500, "WRITE")),
+            Value::Okay
+        );
+        let pause_ends = sent + Duration::from_millis(1_499);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the setup outlasted the holds: too slow for this test"
+        );
+        let aof = aof_bytes(&master);
+        let offset = common::repl_offset(&master);
+        std::thread::sleep(deadline + Duration::from_millis(300) - std::time::Instant::now());
+        let listed = common::holds::holder_fences(&mut m, "k");
+        let k2 = info_of(&mut m, "k2");
+        let expired_during = lease_stat(&master, "expired");
+        let (aof_during, offset_during) = (aof_bytes(&master), common::repl_offset(&master));
+        w.assert_waiting("the writer on k2 during the pause");
+        assert!(
+            std::time::Instant::now() < pause_ends,
+            "observed too late to be sure the pause was on: too slow for this test"
+        );
+        assert_eq!(listed, [fb], "an expired hold listed during the pause");
+        assert_eq!((k2.state.as_str(), k2.holders), ("free", 0), "{k2:?}");
+        assert_eq!(expired_during, expired, "dropped during the pause");
+        assert_eq!(aof_during, aof, "the AOF grew during the pause");
+        assert_eq!(offset_during, offset, "replicated during the pause");
+
+        wait_until("both holds dropped after the pause", WAIT, || {
+            lease_stat(&master, "expired") == expired + 2
+        });
+        common::holds::granted_to(w, "w", "the writer on k2 after the pause");
+        assert_same(&master, &replica, &["k", "k2"], "after the pause");
+        let before = digest(&master);
+        assert_eq!(call(&mut m, "DEBUG", "LOADAOF"), Value::Okay);
+        assert_eq!(digest(&master), before, "DEBUG DIGEST after DEBUG LOADAOF");
+        assert_eq!(common::holds::holder_fences(&mut m, "k"), [fb]);
+    }
+);
