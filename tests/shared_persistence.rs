@@ -924,8 +924,8 @@ for_each_server!(a_version_1_payload_loads_as_an_exclusive_hold, |flavor| {
         Some(fence)
     );
     assert!(lease_stat(&server, "fence_last") >= fence);
-    // Saved again, it is a version 2 value that loads the same.
-    assert_eq!(dump(&mut con, "old").module_id() & 1023, 2);
+    // Saved again, it is a value of the current encoding (3) that loads the same.
+    assert_eq!(dump(&mut con, "old").module_id() & 1023, 3);
     assert_eq!(call(&mut con, "DEBUG", "RELOAD"), Value::Okay);
     assert_eq!(
         holds_still(&mut con, "old"),
@@ -980,8 +980,8 @@ for_each_server!(dump_and_restore_carry_shared_holds, |flavor| {
         let d = dump(&mut con, key);
         assert_eq!(
             d.module_id() & 1023,
-            2,
-            "{key} is saved with encoding version 2"
+            3,
+            "{key} is saved with encoding version 3"
         );
         let copy = format!("{key}:copy");
         assert_eq!(restore(&mut con, &copy, &d.payload()), Value::Okay);
