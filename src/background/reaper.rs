@@ -240,6 +240,11 @@ fn settle_key(ctx: Ctx, db: i32, key_bytes: &[u8], name: RString, now: u64) -> b
     let Slot::Ours(lease) = key.value::<Lease>() else {
         return false;
     };
+    if !lease.is_extended() {
+        // Granted anew in the compact form since it was queued: no bound
+        // hold, and its deadline is the index's business.
+        return false;
+    }
     let mut lookup = Lookup::new(ctx, now);
     let own_session = sessions::session_grant(lease);
     let shared_before = lease.shared_holds();

@@ -4,6 +4,8 @@
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
+use redis_module::raw;
+
 use crate::keyspace::effects;
 use crate::keyspace::effects::{expired_before_reaping, granted, Wire};
 use crate::keyspace::sessions::{self, Lookup};
@@ -16,7 +18,7 @@ use crate::model::holds::{Binding, Refused, Terms};
 use crate::model::lease::{Acquire, Lease, Replaced};
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
-use super::{command, generate_token, token_option, writable};
+use super::{command, generate_token, token_option, writable, OK};
 
 /// Blocks the caller in the key's queue, with what it asked for.
 fn block(
@@ -40,7 +42,39 @@ fn reply_grant(ctx: Ctx, token: &[u8], fence: u64) -> c_int {
 /// `LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout] [SHARED [LIMIT n]]
 /// [OWNER label]`
 pub extern "C" fn acquire_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
+    if rm::keys_position_request(ctx) {
+        return rm::guard(
+            "LEASE.ACQUIRE getkeys",
+            || OK,
+            || {
+                // SAFETY: `argv` and `argc` are this call's arguments, and
+                // the slice ends with this closure.
+                report_keys(ctx, unsafe { rm::args(argv, argc) });
+                OK
+            },
+        );
+    }
     command("LEASE.ACQUIRE", ctx, argv, argc, acquire, token_option)
+}
+
+/// `COMMAND GETKEYS` and cluster routing: the key, and the session key of
+/// `SESSION`, so a session in another slot is `CROSSSLOT` (routing reads
+/// keys this way, not from the key specs).
+fn report_keys(ctx: Ctx, args: &[RString]) {
+    if args.len() < 2 {
+        return;
+    }
+    let rw = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS;
+    rm::report_key(ctx, 1, (rw | raw::REDISMODULE_CMD_KEY_UPDATE) as c_int);
+    let Ok((_, parsed)) = parse_acquire(args) else {
+        return;
+    };
+    if let Some((session, _)) = parsed.session {
+        if let Some(pos) = args.iter().position(|a| std::ptr::eq(a, session)) {
+            let ro = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
+            rm::report_key(ctx, pos as c_int, ro as c_int);
+        }
+    }
 }
 
 fn parse_acquire(args: &[RString]) -> Result<(RString, args::Acquire<'_, RString>), &'static CStr> {

@@ -242,4 +242,12 @@ pub fn replaced(ctx: Ctx, key: RString, replaced: &Replaced, ending: Option<(u64
         .filter(|(h, _)| h.grant.delay_ms() > 0)
         .count();
     state::add(&STATS.delays, delays as u64);
+    // Bound holds whose session ended before their own deadline: freed by
+    // the session's end, whoever took their place first.
+    let by_session = replaced
+        .holds
+        .iter()
+        .filter(|(h, at)| h.grant.session().is_some() && *at < h.grant.deadline_ms)
+        .count();
+    count_session_expiries(by_session);
 }

@@ -476,6 +476,26 @@ pub fn reply_error_string(ctx: Ctx, err: &str) -> c_int {
     unsafe { api!(RedisModule_ReplyWithError)(ctx, buf.as_ptr().cast::<c_char>()) }
 }
 
+/// Reports a key's position (and its flags, where the server takes them)
+/// to a keys-position request (`COMMAND GETKEYS`, cluster routing, ACLs).
+pub fn report_key(ctx: Ctx, pos: c_int, flags: c_int) {
+    // SAFETY: a read of the API table after RedisModule_Init wrote it (see
+    // `api!`); `None` before Redis 7.2. `ctx` is a keys-position request's
+    // context and `pos` one of its arguments (the caller's promise).
+    unsafe {
+        match raw::RedisModule_KeyAtPosWithFlags {
+            Some(at) => at(ctx, pos, flags),
+            None => api!(RedisModule_KeyAtPos)(ctx, pos),
+        }
+    }
+}
+
+/// Whether the running call only asks for the command's key positions.
+pub fn keys_position_request(ctx: Ctx) -> bool {
+    // SAFETY: `ctx` is a command's context (the handle rule).
+    unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx) != 0 }
+}
+
 pub fn reply_message(ctx: Ctx, message: crate::model::error::Message) -> c_int {
     match message {
         crate::model::error::Message::Fixed(e) => reply_error(ctx, e),
