@@ -25,8 +25,6 @@ const SCAN_BUDGET: usize = 2_000;
 struct Rescan {
     db: i32,
     cursor: *mut raw::RedisModuleScanCursor,
-    /// A full rebuild: the session index is rebuilt with the deadlines.
-    rebind: bool,
 }
 
 // SAFETY: the cursor is only created, used and destroyed on the server's
@@ -74,17 +72,16 @@ fn schedule(ctx: Ctx, after_ms: i64) {
 /// Rebuilds the deadline index from the keyspace, a little each tick.
 pub fn rescan() {
     state::index().clear();
-    sessions::forget(None);
-    start_scan(true);
+    start_scan();
 }
 
 /// Indexes every lease in the keyspace, a little each tick, beside the
 /// entries the index has (keys that arrived by atomic slot migration).
 pub fn scan_keyspace() {
-    start_scan(false);
+    start_scan();
 }
 
-fn start_scan(rebind: bool) {
+fn start_scan() {
     let mut rescan = RESCAN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(old) = rescan.take() {
         // SAFETY: `old.cursor` was created by ScanCursorCreate and is
@@ -93,11 +90,7 @@ fn start_scan(rebind: bool) {
     }
     // SAFETY: takes no argument; the cursor is the new Rescan's.
     let cursor = unsafe { api!(RedisModule_ScanCursorCreate)() };
-    *rescan = Some(Rescan {
-        db: 0,
-        cursor,
-        rebind,
-    });
+    *rescan = Some(Rescan { db: 0, cursor });
 }
 
 /// # Safety
@@ -352,7 +345,6 @@ fn reindex(entry: &Due, lease: &mut Lease) {
 
 struct ScanState {
     db: i32,
-    rebind: bool,
     visited: usize,
     /// Lease keys and records found with a Redis TTL (an RDB or AOF written
     /// before TTLs were removed): they lose it once the scan step is done.
@@ -367,7 +359,6 @@ fn scan_step(ctx: Ctx) -> bool {
     };
     let mut state = ScanState {
         db: rescan.db,
-        rebind: rescan.rebind,
         visited: 0,
         with_ttl: Vec::new(),
     };
@@ -461,9 +452,6 @@ unsafe fn index_scanned(name: RString, key: *mut raw::RedisModuleKey, privdata: 
             state::index().insert(due, state.db, rm::bytes(&name));
             lease.set_index_mark(Some(due));
             state::fences().observe(lease.fence(), rm::now_ms());
-            if state.rebind {
-                sessions::bind_all(state.db, rm::bytes(&name), lease);
-            }
             true
         }
         Slot::WrongType => matches!(key.value::<crate::model::lease::Resource>(), Slot::Ours(_)),

@@ -144,6 +144,29 @@ fn note_loaded_name(rdb: *mut raw::RedisModuleIO) {
     }
 }
 
+/// A lease read by an RDB load or a full sync has its bound holds in the
+/// session index at once, on a replica as on a primary. (A `RESTORE` binds
+/// when the key arrives: the server may still refuse the payload.)
+fn bind_loaded(rdb: *mut raw::RedisModuleIO, lease: &Lease) {
+    if lease.bound_holds() == 0 {
+        return;
+    }
+    let loading = rm::context_flags(rm::module_ctx()) & raw::REDISMODULE_CTX_FLAGS_LOADING != 0;
+    // SAFETY: a read of the API table after RedisModule_Init wrote it (see
+    // `api!`); `None` on a server without it.
+    let Some(db_of) = (unsafe { raw::RedisModule_GetDbIdFromIO }) else {
+        return;
+    };
+    // SAFETY: `rdb` is the IO handle Redis passed the running load callback
+    // (the handle rule); the name is null where the load has none.
+    let name = unsafe { api!(RedisModule_GetKeyNameFromIO)(rdb) };
+    if loading && !name.is_null() {
+        // SAFETY: as above.
+        let db = unsafe { db_of(rdb) };
+        sessions::bind_all(db, rm::bytes(&name.cast_mut()), lease);
+    }
+}
+
 fn load_failed(what: &str) -> *mut c_void {
     rm::log_warning(
         std::ptr::null_mut(),
@@ -181,6 +204,7 @@ unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int)
                 // refuse the payload after this returns.
                 state::bump(&STATS.lease_keys);
                 state::shared_holds_moved(0, lease.shared_holds());
+                bind_loaded(rdb, &lease);
                 Box::into_raw(Box::new(lease)).cast()
             }
             Err(what) => load_failed(what),

@@ -1,7 +1,7 @@
 //! Which keys hold holds bound to which session: the index a session's end
-//! is carried out with. Rebuilt from the keyspace (every bound hold names
-//! its session), bounded by the holds it counts: an entry lives while a
-//! hold is bound to it.
+//! is carried out with. Kept in step with every change of a bound hold (a
+//! grant, an effect, a load, a key that arrives or leaves), bounded by the
+//! holds it counts: an entry lives while a hold is bound to it.
 
 use std::collections::{HashMap, VecDeque};
 
