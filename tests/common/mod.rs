@@ -1082,4 +1082,5 @@ pub mod errors;
 pub mod lease;
 pub mod rdb;
 pub mod reply;
+pub mod session;
 pub mod waiter;
