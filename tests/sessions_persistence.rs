@@ -592,6 +592,45 @@ for_each_server!(migrate_carries_a_session_and_its_bound_keys, |flavor| {
     check_tagged_world(&b, &mut on_b, fences, "after MIGRATE");
 });
 
+for_each_server!(
+    migrating_the_session_key_alone_ends_the_session_on_the_source,
+    |flavor| {
+        let a = Server::start(flavor);
+        let b = Server::start(flavor);
+        let mut on_a = a.client();
+        take(&mut on_a, S, MINUTE, "st");
+        bind(&mut on_a, J1, 0, "a", S, "st");
+        let w = Waiter::queue(&a, J1, MINUTE, "w", 10_000, 1);
+        let reply = call(
+            &mut on_a,
+            "MIGRATE",
+            ("127.0.0.1", b.port, "", 0, 5_000, "KEYS", S),
+        );
+        assert_ok(reply, "MIGRATE of the session key");
+        // The holds it leaves behind are free at once; their waiter is served.
+        let j1 = lease_info(&mut on_a, J1);
+        assert!(
+            j1.as_ref()
+                .is_some_and(|i| i.holders == 0 && i.session.is_none()),
+            "J1 right after its session left: {j1:?}"
+        );
+        let (reply, _) = w.reply(Duration::from_secs(2), "the waiter on J1");
+        assert!(
+            granted(&reply, "w").is_some(),
+            "the waiter on J1: {reply:?}"
+        );
+        // The session lives on where it went, with nothing bound to it there.
+        let mut on_b = b.client();
+        let s = info(&mut on_b, S);
+        assert_eq!((s.state.as_str(), s.bound), ("held", 0), "{s:?}");
+        assert_eq!(renew(&mut on_b, S, "st", MINUTE), 1);
+        wait_until("the source's session gauges to reach 0", WAIT, || {
+            let stats = session_stats(&a);
+            stats.bound_holds == 0 && stats.sessions == 0
+        });
+    }
+);
+
 // ---------------------------------------------------------------------------------------
 // Cluster
 
