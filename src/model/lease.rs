@@ -1089,6 +1089,9 @@ impl Lease {
 
     /// A master's effect: no grant before `until_ms` (a lock-delay).
     pub fn apply_delay(&mut self, until_ms: u64) {
+        if until_ms == 0 && !self.is_extended() {
+            return;
+        }
         self.extend();
         if let Some(holds) = self.extended_mut() {
             holds.set_delayed_until(until_ms);

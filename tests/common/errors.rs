@@ -19,3 +19,15 @@ pub fn forbidden(name: &str) -> String {
         "ERR LEASE.FENCE cannot run '{name}': blocking, scripting, transaction, admin and dangerous commands are not allowed"
     )
 }
+
+pub const LIMIT_ERR: &str = "ERR LIMIT must be an integer from 1 to 1000000";
+pub const OTHER_MODE_ERR: &str = "ERR this token holds the lease in the other mode";
+pub const MAX_HOLDERS_ERR: &str = "ERR too many holders for this key (see lease.max-holders)";
+pub const OWNER_ERR: &str = "ERR OWNER must be 1 to 128 bytes without control characters";
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// `ERR LIMIT does not match this lease's limit <m|none>`.
+pub fn limit_mismatch(limit: Option<u64>) -> String {
+    let shown = limit.map_or_else(|| "none".to_string(), |n| n.to_string());
+    format!("ERR LIMIT does not match this lease's limit {shown}")
+}
