@@ -19,12 +19,13 @@ use common::calls::{
     text, NONE,
 };
 use common::errors::TTL_ERR;
+use common::holds::{fence_ms, holders, Holder};
 use common::lease::{lease_info, lease_stat, wait_for_waiters, Info};
 use common::reply::{assert_ok, expect_error, granted};
 use common::session::{
     acquire_reply, assert_bound, assert_unheld, bind, bind_many, bind_shared, bound_count,
-    fence_ms, holders, no_session, session_stats, take_with, unheld, Holder, DELAY_ERR,
-    DELAY_SHARED_ERR, NESTED_SESSION_ERR, OTHER_SESSION_ERR, SELF_BIND_ERR, SHARED_SESSION_ERR,
+    no_session, session_stats, take_with, unheld, DELAY_ERR, DELAY_SHARED_ERR, NESTED_SESSION_ERR,
+    OTHER_SESSION_ERR, SELF_BIND_ERR, SHARED_SESSION_ERR,
 };
 use common::waiter::Waiter;
 use common::{now_ms, wait_until, Server, ServerOptions};

@@ -1,11 +1,11 @@
 //! Sessions and lock-delay (contract version 2): `LEASE.ACQUIRE ... SESSION
-//! session-key session-token` and `DELAY ms`, `LEASE.HOLDERS` entries, the exact errors
-//! of both options, and the checks the session test files share (tests/sessions.rs,
+//! session-key session-token` and `DELAY ms`, the exact errors of both options, and the checks the session test files share (tests/sessions.rs,
 //! tests/sessions_persistence.rs).
 
 use redis::{Cmd, ConnectionLike, Value};
 
-use super::calls::{call, send};
+use super::calls::send;
+use super::holds::holders;
 use super::lease::{lease_info, lease_stat, Info};
 use super::reply::{self, grant};
 use super::Server;
@@ -21,13 +21,6 @@ pub const SELF_BIND_ERR: &str = "ERR a key cannot be bound to itself";
 pub const OTHER_SESSION_ERR: &str = "ERR this token's hold is bound to another session";
 pub const DELAY_ERR: &str = "ERR DELAY must be an integer from 0 to 1099511627776 (milliseconds)";
 pub const DELAY_SHARED_ERR: &str = "ERR DELAY applies to exclusive leases only";
-
-/// The unix millisecond a fence was issued in: fences are `max(last + 1, unix_ms *
-/// 1024)`, so a fence read this way is never earlier than its grant (and equal to it
-/// unless more than 1,024 grants share a millisecond).
-pub fn fence_ms(fence: u64) -> u64 {
-    fence >> 10
-}
 
 /// `LEASE.ACQUIRE key ttl TOKEN token` followed by `words` (options in any order).
 pub fn acquire_with(key: &str, ttl: u64, token: &str, words: &[&str]) -> Cmd {
@@ -136,60 +129,6 @@ pub fn bind_many<C: ConnectionLike>(
             granted_fence(r, token, &format!("bound LEASE.ACQUIRE {prefix}{i}"));
         }
     }
-}
-
-/// One entry of `LEASE.HOLDERS`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holder {
-    pub fence: u64,
-    pub ttl: i64,
-    pub mode: String,
-    pub owner: Option<String>,
-    pub session: Option<String>,
-}
-
-/// `LEASE.HOLDERS`' entry fields, in the order the contract gives them.
-pub const HOLDER_FIELDS: [&str; 5] = ["fence", "ttl", "mode", "owner", "session"];
-
-fn optional(v: Value, what: &str) -> Option<String> {
-    match v {
-        Value::Nil => None,
-        other => Some(reply::text(other, what)),
-    }
-}
-
-/// Parses a `LEASE.HOLDERS` reply (RESP2 flat arrays or RESP3 maps, exactly
-/// `HOLDER_FIELDS` in that order in each entry).
-pub fn parse_holders(v: Value, what: &str) -> Vec<Holder> {
-    let entries = match v {
-        Value::Array(entries) => entries,
-        other => panic!("{what}: expected an array, got {other:?}"),
-    };
-    entries
-        .into_iter()
-        .map(|entry| {
-            let pairs = reply::pairs(&entry, what);
-            let names: Vec<&str> = pairs.iter().map(|(n, _)| n.as_str()).collect();
-            assert_eq!(names, HOLDER_FIELDS, "{what}: the fields of {entry:?}");
-            let mut values = pairs.into_iter().map(|(_, v)| v);
-            let mut next = || values.next().unwrap_or(Value::Nil);
-            let fence = reply::int(next(), what);
-            assert!(fence > 0, "{what}: fence {fence}");
-            Holder {
-                fence: fence as u64,
-                ttl: reply::int(next(), what),
-                mode: reply::text(next(), what),
-                owner: optional(next(), what),
-                session: optional(next(), what),
-            }
-        })
-        .collect()
-}
-
-/// `LEASE.HOLDERS key`.
-pub fn holders<C: ConnectionLike>(con: &mut C, key: &str) -> Vec<Holder> {
-    let what = format!("LEASE.HOLDERS {key}");
-    parse_holders(call(con, "LEASE.HOLDERS", key), &what)
 }
 
 /// Whether `LEASE.INFO` shows no live hold: no record, or a record that is free or
