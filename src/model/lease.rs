@@ -1133,6 +1133,7 @@ impl Lease {
     /// Moves the deadline of a live hold of `token` to `now + ttl` (a
     /// `ttl_ms` of 0: no deadline of its own, for a bound hold). Never
     /// revives a hold that is not live.
+    #[inline]
     pub fn renew_hold(
         &mut self,
         token: &[u8],
@@ -1183,6 +1184,7 @@ impl Lease {
     }
 
     /// Ends the live hold of `token`, other holds staying; returns it.
+    #[inline]
     pub fn release(
         &mut self,
         token: &[u8],
