@@ -1084,4 +1084,5 @@ pub mod holds;
 pub mod lease;
 pub mod rdb;
 pub mod reply;
+pub mod session;
 pub mod waiter;
