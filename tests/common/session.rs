@@ -18,7 +18,7 @@ pub fn no_session(session: &str) -> String {
 pub const SHARED_SESSION_ERR: &str = "ERR a session must be an exclusive lease";
 pub const NESTED_SESSION_ERR: &str = "ERR a session cannot itself be bound to a session";
 pub const SELF_BIND_ERR: &str = "ERR a key cannot be bound to itself";
-pub const OTHER_SESSION_ERR: &str = "ERR this token's hold is bound to another session";
+pub const OTHER_SESSION_ERR: &str = "ERR this token's hold is not bound to that session";
 pub const DELAY_ERR: &str = "ERR DELAY must be an integer from 0 to 1099511627776 (milliseconds)";
 pub const DELAY_SHARED_ERR: &str = "ERR DELAY applies to exclusive leases only";
 
