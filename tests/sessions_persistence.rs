@@ -13,10 +13,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::calls::{
-    acquire, call, call_error, digest, exists, int, release, renew, restore, strings, take, text,
-    NONE,
+    acquire, call, call_error, config_set, digest, exists, info_on, int, release, renew, restore,
+    strings, take, text, NONE,
 };
 use common::cluster::{key_slot, Cluster};
+use common::evict::{arm, fill_until};
 use common::holds::holders;
 use common::lease::{lease_info, lease_stat, Info};
 use common::reply::{assert_ok, error_text, granted};
@@ -802,5 +803,75 @@ for_each_server!(
             !log.contains("panicked") && !log.contains("ASSERTION"),
             "the master's log reports a panic or an assertion:\n{log}"
         );
+    }
+);
+
+// An evicted session put back by `lease.allkeys-eviction restore` did not end: its bound
+// holds are live through the eviction and after it, the reaper leaves them, and the
+// session still counts them. (Redis 7.0 has no post-notification jobs: no restore.)
+for_each_server!(
+    an_evicted_session_put_back_keeps_its_bound_holds,
+    |flavor| {
+        if flavor == Flavor::Redis7 {
+            return;
+        }
+        let server = Server::start(flavor);
+        let mut con = server.client();
+        take_with(&mut con, "{e}s", 600_000, "st", &[]);
+        let fences: Vec<u64> = (0..3)
+            .map(|i| bind(&mut con, &format!("{{e}}j{i}"), 0, "jt", "{e}s", "st"))
+            .collect();
+        arm(&mut con, "restore");
+        let evicted = fill_until(&mut con, |c| info_on(c, "lease", "lease_evicted") > 0);
+        config_set(&mut con, "maxmemory", "0");
+        assert!(evicted, "five rounds of writes never evicted a lease");
+        assert_eq!(
+            lease_stat(&server, "restored"),
+            lease_stat(&server, "evicted")
+        );
+        // Three reaper ticks (10 Hz, the default): a session that had ended would have had
+        // its bound keys reaped by the first. A window, not a guess at an event.
+        thread::sleep(Duration::from_millis(300));
+        for (i, fence) in fences.iter().enumerate() {
+            assert_bound(
+                &mut con,
+                &format!("{{e}}j{i}"),
+                *fence,
+                "{e}s",
+                "after the restore",
+            );
+        }
+        assert_eq!(bound_count(&mut con, "{e}s"), 3);
+        assert_eq!(session_stats(&server).session_expiries, 0);
+        // And it still ends as a session does.
+        assert_eq!(int(call(&mut con, "LEASE.RELEASE", ("{e}s", "st"))), 1);
+        assert_unheld(&mut con, "{e}j0", "after the session's release");
+    }
+);
+
+// Under `lease.allkeys-eviction allow`, a session lost to eviction ends: its bound holds
+// are free at once and reaped.
+for_each_server!(
+    an_evicted_session_under_allow_frees_its_bound_holds,
+    |flavor| {
+        let server = Server::start(flavor);
+        let mut con = server.client();
+        take_with(&mut con, "{e}s", 600_000, "st", &[]);
+        for i in 0..3 {
+            bind(&mut con, &format!("{{e}}j{i}"), 0, "jt", "{e}s", "st");
+        }
+        arm(&mut con, "allow");
+        let evicted = fill_until(&mut con, |c| !exists(c, "{e}s"));
+        config_set(&mut con, "maxmemory", "0");
+        assert!(evicted, "five rounds of writes never evicted the session");
+        for i in 0..3 {
+            let key = format!("{{e}}j{i}");
+            if exists(&mut con, &key) {
+                assert_unheld(&mut con, &key, "after the session's eviction");
+            }
+        }
+        wait_until("the bound keys reaped", Duration::from_secs(5), || {
+            (0..3).all(|i| !exists(&mut con, &format!("{{e}}j{i}")))
+        });
     }
 );

@@ -21,6 +21,7 @@ use common::calls::{
 use common::errors::{
     limit_mismatch, LIMIT_ERR, MAX_HOLDERS_ERR, OTHER_MODE_ERR, OWNER_ERR, WRONGTYPE,
 };
+use common::evict::{arm, fill_until};
 use common::holds::{
     assert_no_token, assert_refused, assert_refused_with, fence_ms, granted_to, holder_fences,
     holders, holds_still, info_of, parse_holders, queue, snapshot, Acquire, HOLDER_FIELDS, WAIT,
@@ -1609,9 +1610,6 @@ for_each_server!(info_lease_counts_shared_holds, |flavor| {
 
 const EVICTION_REFUSED: &str = "ERR lease refused: maxmemory-policy";
 const EVICTION_WARNING: &str = "redis-lease: maxmemory eviction deleted the";
-const MAXMEMORY: u64 = 20 * 1024 * 1024;
-const FILL_WRITES: usize = 60_000;
-const FILL_BATCH: usize = 500;
 
 /// A key with three shared holds (two with owners) under LIMIT 5, made under
 /// `noeviction`; their fences and owners.
@@ -1629,40 +1627,6 @@ fn seed_shared(con: &mut Connection) -> Vec<(u64, String, Option<String>)> {
         a.take(con);
     }
     holds_still(con, "lock:rw")
-}
-
-fn arm(con: &mut Connection, mode: &str) {
-    config_set(con, "maxmemory", &MAXMEMORY.to_string());
-    config_set(con, "maxmemory-policy", "allkeys-lru");
-    config_set(con, "lease.allkeys-eviction", mode);
-}
-
-/// Pipelined 1 KB writes, a round of 60,000 at most, until `done` says so (asked after
-/// each batch of 500); false if five rounds were not enough.
-fn fill_until(con: &mut Connection, mut done: impl FnMut(&mut Connection) -> bool) -> bool {
-    let value = vec![b'v'; 1024];
-    for round in 0..5 {
-        for batch in 0..FILL_WRITES / FILL_BATCH {
-            let mut pipe = redis::pipe();
-            for i in 0..FILL_BATCH {
-                pipe.cmd("SET")
-                    .arg(format!("cache:{round}:{}", batch * FILL_BATCH + i))
-                    .arg(&value[..]);
-            }
-            let replies: Vec<Value> = pipe
-                .query(con)
-                .unwrap_or_else(|e| panic!("fill batch {batch}: {e}"));
-            for r in &replies {
-                if let Some(e) = error_text(r) {
-                    panic!("fill batch {batch}: {e}");
-                }
-            }
-            if done(con) {
-                return true;
-            }
-        }
-    }
-    false
 }
 
 fn eviction_warnings(server: &Server) -> Vec<String> {

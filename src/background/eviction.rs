@@ -33,6 +33,7 @@ use redis_module::configuration::ConfigurationContext;
 use redis_module::{enum_configuration, raw, ConfigurationValue, RedisError};
 
 use crate::keyspace::effects;
+use crate::keyspace::sessions;
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
 use crate::keyspace::unlinked::{self, Saved, Unlinked};
@@ -315,6 +316,8 @@ fn restore(ctx: Ctx, unlinked: &mut Unlinked) {
         Saved::Lease(lease) => {
             state::shared_holds_moved(0, lease.shared_holds());
             let lease = types::store_lease(&mut key, lease);
+            sessions::revived(unlinked.db, &unlinked.key, lease);
+            sessions::bind_all(unlinked.db, &unlinked.key, lease);
             effects::replicate_lease(ctx, name.as_ptr(), lease);
             state::index_lease(unlinked.db, &unlinked.key, lease);
             drop(key);

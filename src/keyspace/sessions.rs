@@ -173,6 +173,14 @@ pub fn ended(ctx: Ctx, db: i32, key: &[u8], fence: u64, at_ms: u64) {
     }
 }
 
+/// A session's lease put back under its name (eviction restore): if it is
+/// the grant that ended when it was removed, it did not end.
+pub fn revived(db: i32, key: &[u8], lease: &Lease) {
+    if let Some((fence, _)) = session_grant(lease).filter(|_| any_bound()) {
+        state::bound().revive(db, key, fence);
+    }
+}
+
 /// A lease value's session grant, if it can be one: its fence and
 /// deadline.
 pub fn session_grant(lease: &Lease) -> Option<(u64, u64)> {

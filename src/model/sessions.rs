@@ -27,6 +27,7 @@ struct Bound {
 pub struct Ended {
     pub db: i32,
     pub session: Box<[u8]>,
+    fence: u64,
     /// Whether its `lease.session-end` was announced.
     pub announced: bool,
     keys: Keys,
@@ -136,6 +137,7 @@ impl BoundIndex {
         self.ended.push_back(Ended {
             db,
             session: session.into(),
+            fence,
             announced: false,
             keys: Keys::Map(keys),
         });
@@ -143,6 +145,26 @@ impl BoundIndex {
             Keys::Map(map) => Some(map),
             Keys::List(_) => None,
         })
+    }
+
+    /// The session's grant is back under its name with the same fence (an
+    /// evicted session put back): it did not end after all. Keys the reaper
+    /// has not been handed yet go back to the session.
+    pub fn revive(&mut self, db: i32, session: &[u8], fence: u64) {
+        let sid = (db, session.into(), fence);
+        let Some(bound) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        bound.ended_at = None;
+        let queued = self
+            .ended
+            .iter()
+            .position(|e| e.db == db && &*e.session == session && e.fence == fence);
+        if let Some(ended) = queued.and_then(|at| self.ended.remove(at)) {
+            if let Keys::Map(keys) = ended.keys {
+                bound.keys = keys;
+            }
+        }
     }
 
     /// The oldest ended session still to reap.
@@ -263,6 +285,20 @@ mod tests {
         }
         assert_eq!(index.ended_at(0, b"s", 7), None);
         assert_eq!(index.holds(), 0);
+    }
+
+    #[test]
+    fn a_revived_session_takes_its_keys_back() {
+        let mut index = BoundIndex::default();
+        let s = session(b"s", 7);
+        index.bind(0, b"a", &s);
+        assert!(index.end(0, b"s", 7, 1000, true).is_some());
+        index.revive(0, b"s", 7);
+        assert!(index.next_ended().is_none(), "nothing left for the reaper");
+        assert_eq!(index.bound_to(0, b"s", 7), 1);
+        assert_eq!(index.ended_at(0, b"s", 7), None);
+        // It can end again later.
+        assert!(index.end(0, b"s", 7, 2000, true).is_some());
     }
 
     #[test]

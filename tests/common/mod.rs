@@ -1080,6 +1080,7 @@ pub fn repl_offset(server: &Server) -> u64 {
 pub mod calls;
 pub mod cluster;
 pub mod errors;
+pub mod evict;
 pub mod holds;
 pub mod lease;
 pub mod rdb;
