@@ -40,10 +40,20 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         Err(e) => return rm::reply_error(ctx, e),
     };
     if from_master_or_aof(ctx) {
-        // The effect of a release that deleted the key where it was decided:
-        // applied as that, whatever this node's clock says of the deadline.
-        if lease.is_none() {
+        // The effect of a release where it was decided: the token's hold is
+        // gone, and the key with it unless other holds stay; applied as that,
+        // whatever this node's clock says of the deadline.
+        let Some(lease) = lease else {
             return rm::reply_integer(ctx, 0);
+        };
+        let shared_before = lease.shared_holds();
+        let gone = lease.apply_drop([token]);
+        state::shared_holds_moved(shared_before, lease.shared_holds());
+        sessions::unbind(rm::selected_db(ctx), rm::bytes(key_name), &gone);
+        if lease.extended().is_some_and(|h| !h.is_empty()) {
+            rm::replicate_verbatim(ctx);
+            rm::notify(ctx, c"lease.release", *key_name);
+            return rm::reply_integer(ctx, 1);
         }
         types::delete(&mut key);
         drop(key);
@@ -75,8 +85,10 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         sessions::ended(ctx, db, rm::bytes(key_name), released.fence, now);
     }
     if lease.extended().is_some_and(|h| !h.is_empty()) {
-        // Other holds stay, and their index entry with them.
-        effects::replicate_drop(ctx, *key_name, &[token]);
+        // Other holds stay, and their index entry with them. Replicas and
+        // the AOF apply the call itself as this token's hold gone (cheaper
+        // than building a `LEASE.APPLY ... DROP`).
+        rm::replicate_verbatim(ctx);
         if effects::has_waiters(ctx, *key_name) {
             effects::signal(ctx, *key_name);
         }

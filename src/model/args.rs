@@ -118,6 +118,9 @@ pub fn parse_acquire<'a, T>(
                 return Err(error::ACQUIRE_SYNTAX);
             };
             check_token(bytes(session_token))?;
+            if bytes(value).is_empty() {
+                return Err(error::SESSION_KEY);
+            }
             parsed.session = Some((value, session_token));
             rest = after;
             continue;
@@ -255,6 +258,9 @@ fn parse_hold_session(b: &[u8]) -> Option<Option<Binding>> {
     }
     let (fence, key) = split_state(b)?;
     let fence = parse_fence(fence).ok()?;
+    if key.is_empty() {
+        return None;
+    }
     Some(Some(Binding {
         key: key.into(),
         fence,
@@ -283,6 +289,15 @@ pub fn parse_hold_args<'a, T>(
         return Err(error::APPLY_ARGS);
     };
     let (mode, limit, delay) = parse_hold_terms(bytes(terms)).ok_or(error::APPLY_ARGS)?;
+    // What no grant makes (and no RDB load takes back): a limit on an
+    // exclusive hold, a lock-delay on a shared one, a fence of 0.
+    let impossible = match mode {
+        Mode::Exclusive => limit.is_some(),
+        Mode::Shared => delay > 0,
+    };
+    if impossible || fence == 0 {
+        return Err(error::APPLY_ARGS);
+    }
     let owner = match bytes(owner) {
         b"" => None,
         label if valid_owner(label) => Some(label.into()),

@@ -24,6 +24,7 @@ pub const DELAY_SHARED: &CStr = c"ERR DELAY applies to exclusive leases only";
 pub const SESSION_SHARED: &CStr = c"ERR a session must be an exclusive lease";
 pub const SESSION_BOUND: &CStr = c"ERR a session cannot itself be bound to a session";
 pub const SESSION_SELF: &CStr = c"ERR a key cannot be bound to itself";
+pub const SESSION_KEY: &CStr = c"ERR session-key must not be empty";
 pub const TOO_MANY_HOLDERS: &CStr = c"ERR too many holders for this key (see lease.max-holders)";
 pub const FENCE: &CStr = c"ERR fence must be an integer from 0 to 9007199254740991";
 pub const FENCE_EXHAUSTED: &CStr =

@@ -306,7 +306,9 @@ impl Holds {
         }
     }
 
-    fn get_mut(&mut self, token: &[u8]) -> Option<&mut Grant> {
+    /// `token`'s hold, to change its deadline or label (not its session:
+    /// `insert` keeps the count of bound holds).
+    pub fn get_mut(&mut self, token: &[u8]) -> Option<&mut Grant> {
         match &mut self.table {
             Table::Few(list) => list
                 .iter_mut()

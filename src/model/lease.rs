@@ -988,12 +988,15 @@ impl Lease {
             terms.delay_ms,
         );
         holds.insert(token, grant);
-        let next = Self::next_look(holds);
+        // An exclusive hold is the only one: the next look is its deadline
+        // (none for a hold that lives as long as its session). A shared one
+        // only lowers it, without a walk over the others.
+        let exclusive = terms.mode == Mode::Exclusive;
+        let next = exclusive.then(|| Self::next_look(holds));
         self.set_fence(fence);
-        if terms.mode == Mode::Exclusive {
-            self.set_deadline(next);
-        } else {
-            self.lower_earliest(deadline_ms);
+        match next {
+            Some(next) => self.set_deadline(next),
+            None => self.lower_earliest(deadline_ms),
         }
         Ok((Acquire::Granted { fence }, replaced))
     }
@@ -1040,8 +1043,8 @@ impl Lease {
         let mut replaced = Vec::new();
         if let Some(holds) = self.extended_mut() {
             if mode == Mode::Exclusive {
+                // Every hold goes, the token's own too (its binding with it).
                 replaced = holds.clear();
-                replaced.retain(|h| *h.token != *token);
             }
             holds.set_terms(mode, limit);
             holds.set_delayed_until(0);
@@ -1157,18 +1160,18 @@ impl Lease {
             0 => NO_DEADLINE,
             ttl => now_ms.saturating_add(ttl),
         };
-        let Some(mut grant) = holds
-            .get(token)
-            .filter(|g| g.is_live(now_ms, sessions))
-            .cloned()
-        else {
+        // One lookup of the token: the deadline moves in place (nothing else
+        // of the hold changes, so the table's counts stay right).
+        let Some(grant) = holds.get_mut(token) else {
             return Renew::NotHeld;
         };
+        if !grant.is_live(now_ms, sessions) {
+            return Renew::NotHeld;
+        }
         if ttl_ms == 0 && grant.session().is_none() {
             return Renew::ZeroTtlUnbound;
         }
         grant.deadline_ms = deadline_ms;
-        holds.insert(token, grant);
         self.lower_earliest(deadline_ms);
         Renew::Renewed
     }
