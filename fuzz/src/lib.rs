@@ -1,9 +1,14 @@
 //! The fuzz harness of redis-lease: the module's pure files, compiled in as
 //! they are, and the two entry points the libFuzzer targets call.
 //!
-//! `args.rs`, `encoding.rs`, `error.rs` and `lease.rs` sit in a `model`
-//! module as in the module's own tree, so their `crate::model::...` paths
-//! resolve here exactly as there. Nothing here links Redis.
+//! The whole of `src/model/` sits in a `model` module as in the module's
+//! own tree, so its `crate::model::...` paths resolve here exactly as
+//! there. Nothing here links Redis.
+//!
+//! - `acquire`: `LEASE.ACQUIRE`'s options against an oracle written apart,
+//!   and the grants a parsed call makes (compact and extended forms);
+//! - `apply`: `LEASE.APPLY`'s forms (whole state, HOLD, DROP, DELAY);
+//! - `decode`: persisted values of every encoding version.
 
 #![allow(dead_code)]
 
@@ -11,16 +16,21 @@
 #[path = "../../src/model/mod.rs"]
 pub mod model;
 
-pub use model::{args, encoding, error, lease};
+pub use model::{args, encoding, error, holds, lease, sessions};
 
 /// The encoder of module values, shared with the integration tests.
 #[path = "../../tests/common/rdb.rs"]
 pub mod rdb;
 pub mod reader;
 
-use lease::{
-    FenceSequence, Lease, State, FENCES_PER_MS, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS,
-};
+mod acquire;
+mod apply;
+mod decode;
+
+use holds::{Binding, Mode, SessionState, Sessions, MAX_OWNER_LEN, NO_DEADLINE};
+use lease::{Lease, State, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS};
+
+pub use decode::fuzz_decode;
 
 /// Splits a fuzz input into a selector byte and NUL-separated arguments.
 fn split(data: &[u8]) -> Option<(u8, Vec<&[u8]>)> {
@@ -37,8 +47,27 @@ fn reference_u64(b: &[u8]) -> Option<u64> {
     (v.to_string().as_bytes() == b).then_some(v)
 }
 
-/// Target `args`: the first byte picks the parser, the rest are its
-/// arguments, split at NUL bytes.
+/// A token as callers may choose it: 1 to 256 bytes, anything.
+fn reference_token(b: &[u8]) -> bool {
+    !b.is_empty() && b.len() <= MAX_TOKEN_LEN
+}
+
+/// An `OWNER` label: 1 to 128 bytes, none of them a control character
+/// (below 0x20, or 0x7f). Written apart from `holds::valid_owner`.
+fn reference_owner(b: &[u8]) -> bool {
+    (1..=MAX_OWNER_LEN).contains(&b.len()) && b.iter().all(|&c| c >= 0x20 && c != 0x7f)
+}
+
+/// The unix clock the grants are made at.
+const NOW: u64 = 1_700_000_000_000;
+
+/// The clock values are loaded at: late enough that every deadline up to
+/// `MAX_DEADLINE_MS` is within reach of a grant.
+const DECODE_NOW: u64 = MAX_DEADLINE_MS - MAX_TTL_MS;
+
+/// Target `args`: the first byte picks the parser (mod 5: ttl, fence,
+/// token and OWNER label, `LEASE.ACQUIRE` after the key, `LEASE.APPLY`
+/// after the key), the rest are its arguments, split at NUL bytes.
 pub fn fuzz_args(data: &[u8]) {
     let Some((selector, argv)) = split(data) else {
         return;
@@ -50,8 +79,8 @@ pub fn fuzz_args(data: &[u8]) {
         0 => check_ttl(first),
         1 => check_fence(first),
         2 => check_token(first),
-        3 => check_acquire(&argv),
-        _ => check_apply(&argv),
+        3 => acquire::check_acquire(&argv),
+        _ => apply::check_apply(&argv),
     }
 }
 
@@ -94,252 +123,182 @@ fn check_fence(b: &[u8]) {
 fn check_token(b: &[u8]) {
     match args::check_token(b) {
         Ok(t) => {
-            assert!((1..=MAX_TOKEN_LEN).contains(&t.len()));
+            assert!(reference_token(t));
             assert_eq!(t, b);
             assert_eq!(t.as_ptr(), b.as_ptr(), "the token is the argument itself");
         }
         Err(e) => {
             assert_eq!(e, error::TOKEN);
-            assert!(b.is_empty() || b.len() > MAX_TOKEN_LEN);
+            assert!(!reference_token(b));
         }
+    }
+    assert_eq!(holds::valid_owner(b), reference_owner(b), "owner {b:?}");
+}
+
+/// Module values as Redis serializes them (see `reader`), written through
+/// the model's own `Writer`: what a save of the module writes.
+#[derive(Default)]
+struct Saved(Vec<u8>);
+
+impl encoding::Writer for Saved {
+    fn unsigned(&mut self, value: u64) {
+        rdb::push_unsigned(&mut self.0, value);
+    }
+
+    fn buffer(&mut self, bytes: &[u8]) {
+        rdb::push_buffer(&mut self.0, bytes);
     }
 }
 
-/// ttl, token, block timeout.
-type Expected<'a> = Result<(u64, Option<&'a [u8]>, Option<u64>), &'static std::ffi::CStr>;
-
-/// What `LEASE.ACQUIRE key ttl [TOKEN t] [BLOCK ms]` must decide, written
-/// apart from `args::parse_acquire`: the ttl first, then the options pair
-/// by pair in order, the first bad pair deciding the error.
-fn reference_acquire<'a>(ttl: &[u8], options: &[&'a [u8]]) -> Expected<'a> {
-    let ttl = reference_u64(ttl)
-        .filter(|v| (1..=MAX_TTL_MS).contains(v))
-        .ok_or(error::TTL)?;
-    let (mut token, mut block) = (None, None);
-    for pair in options.chunks(2) {
-        let [name, value] = pair else {
-            return Err(error::ACQUIRE_SYNTAX);
-        };
-        let upper = name.to_ascii_uppercase();
-        if upper == b"TOKEN" && token.is_none() {
-            if value.is_empty() || value.len() > MAX_TOKEN_LEN {
-                return Err(error::TOKEN);
-            }
-            token = Some(*value);
-        } else if upper == b"BLOCK" && block.is_none() {
-            match reference_u64(value) {
-                Some(v) if v <= MAX_TTL_MS => block = Some(v),
-                _ => return Err(error::BLOCK_TIMEOUT),
-            }
-        } else {
-            return Err(error::ACQUIRE_SYNTAX);
-        }
-    }
-    Ok((ttl, token, block))
+/// A lease saved as the module saves it (the current encoding version).
+fn save(lease: &Lease) -> Vec<u8> {
+    let mut out = Saved::default();
+    encoding::Encoded::of(lease).write(&mut out);
+    out.0
 }
 
-fn check_acquire(argv: &[&[u8]]) {
-    let Some((ttl, options)) = argv.split_first() else {
-        return;
-    };
-    let parsed = args::parse_acquire(ttl, options, |o| *o);
-    let expected = reference_acquire(ttl, options);
-    match (&parsed, &expected) {
-        (Ok(p), Ok((ttl_ms, token, block_ms))) => {
-            assert_eq!(
-                (p.ttl_ms, p.token.copied(), p.block_ms),
-                (*ttl_ms, *token, *block_ms)
-            );
-            assert!((1..=MAX_TTL_MS).contains(&p.ttl_ms));
-            assert!(p
-                .token
-                .is_none_or(|t| (1..=MAX_TOKEN_LEN).contains(&t.len())));
-            assert!(p.block_ms.is_none_or(|b| b <= MAX_TTL_MS));
-            check_grant(p.ttl_ms, p.token.copied().unwrap_or(b"generated-token"));
-        }
-        (Err(a), Err(b)) => assert_eq!(a, b, "acquire {argv:?}"),
-        _ => panic!("acquire {argv:?}: parsed {parsed:?}, expected {expected:?}"),
-    }
-}
-
-/// A parsed ACQUIRE drives the state machine: the grant's deadline and fence
-/// stay in range whatever the ttl, and the holder's token is the one asked.
-fn check_grant(ttl_ms: u64, token: &[u8]) {
-    let now = 1_700_000_000_000;
-    let mut fences = FenceSequence::new();
-    let mut lease = Lease::default();
-    let granted = lease.acquire(token, ttl_ms, now, false, &mut fences);
-    let Ok(lease::Acquire::Granted { fence }) = granted else {
-        panic!("a free lease was not granted: {granted:?}");
-    };
-    assert!(fence < FENCE_LIMIT);
-    assert!(lease.is_live(now));
-    let holder = lease.holder().expect("held");
-    assert_eq!(&holder.token[..], token);
-    assert!(holder.deadline_ms <= MAX_DEADLINE_MS);
-    assert_eq!(lease.state(now), State::Held { ttl_ms });
-    assert_eq!(
-        lease.acquire(token, ttl_ms, now, false, &mut fences),
-        Ok(lease::Acquire::Retried { fence })
+/// Saves `lease`, loads it back at `now_ms` and checks it is the same
+/// lease, saved again to the same bytes. Returns what was loaded.
+fn round_trip(lease: &Lease, now_ms: u64) -> Lease {
+    let saved = save(lease);
+    let loaded = encoding::decode_lease(
+        &mut reader::Reader::new(&saved),
+        encoding::ENCODING_VERSION,
+        now_ms,
     );
-    assert!(!lease.release(b"\xffnot the token", now));
-    assert!(lease.release(token, now));
+    check_invariants(lease);
+    let loaded = match loaded {
+        Ok(l) => l,
+        Err(e) => panic!(
+            "a saved lease does not load: {e}: {lease:?} {:?} saved as {saved:02x?}",
+            lease.persisted_holds()
+        ),
+    };
+    assert_eq!(&loaded, lease, "saved {saved:02x?}");
+    assert_eq!(loaded.is_extended(), lease.is_extended());
+    assert_eq!(loaded.persisted_holds(), lease.persisted_holds());
+    assert_eq!(save(&loaded), saved, "saved again");
+    loaded
 }
 
-fn check_apply(argv: &[&[u8]]) {
-    let parsed = args::parse_apply_args(argv, |a| a);
-    // The oracle: `fence:deadline token`, or `fence deadline token`.
-    let parts = match argv {
-        [state, token] => {
-            let mut halves = state.splitn(2, |&c| c == b':');
-            match (halves.next(), halves.next()) {
-                (Some(f), Some(d)) => Some((f, d, *token)),
-                _ => None,
-            }
+/// One session key as the glue reads it (`keyspace::sessions::Lookup`):
+/// its lease's grant with the binding's fence, or, once that grant is
+/// gone, ended when the index noted it.
+struct SessionKey<'a> {
+    key: &'a [u8],
+    lease: &'a Lease,
+    now_ms: u64,
+    /// When the grant was released or its key deleted (0: not known).
+    ended_at: u64,
+}
+
+impl Sessions for SessionKey<'_> {
+    fn state(&mut self, binding: &Binding) -> SessionState {
+        if *binding.key != *self.key {
+            return SessionState::Ended { at_ms: 0 };
         }
-        [fence, deadline, token] => Some((*fence, *deadline, *token)),
-        _ => None,
-    };
-    let Some((fence, deadline, token)) = parts else {
-        assert_eq!(parsed, Err(error::APPLY_ARGS), "apply {argv:?}");
-        return;
-    };
-    match parsed {
-        Ok((f, holder)) => {
-            assert!(f < FENCE_LIMIT);
-            assert_eq!(Some(f), reference_u64(fence));
-            let d = reference_u64(deadline).expect("a deadline was parsed");
-            match holder {
-                None => assert!(token.is_empty()),
-                Some(h) => {
-                    assert_eq!(&h.token[..], token);
-                    assert_eq!(h.deadline_ms, d);
-                    assert!((1..=MAX_TOKEN_LEN).contains(&h.token.len()));
-                    assert!((1..=MAX_DEADLINE_MS).contains(&h.deadline_ms));
-                }
-            }
-            // What the module writes for these numbers is what was read.
-            let mut buf = [0u8; args::STATE_LEN];
-            let state = args::apply_state(f, d, &mut buf);
-            assert_eq!(state, [fence, b":", deadline].concat());
-        }
-        Err(e) => {
-            assert_eq!(e, error::APPLY_ARGS);
-            let well_formed = reference_u64(fence).is_some_and(|f| f < FENCE_LIMIT)
-                && reference_u64(deadline).is_some_and(|d| {
-                    d <= MAX_DEADLINE_MS
-                        && (token.is_empty() || (d > 0 && token.len() <= MAX_TOKEN_LEN))
-                });
-            assert!(!well_formed, "apply {argv:?} refused");
-        }
+        self.lease
+            .session_state(binding.fence, self.now_ms)
+            .unwrap_or(SessionState::Ended {
+                at_ms: self.ended_at,
+            })
     }
 }
 
-/// Target `decode`: the first byte is the encoding version (0..=255, 1 is
-/// the one the module knows), the rest a module value as Redis serializes it
-/// (see `reader`). Each decoder reads the same bytes from the start.
-pub fn fuzz_decode(data: &[u8]) {
-    let Some((&version, value)) = data.split_first() else {
-        return;
-    };
-    let encver = i32::from(version);
-    check_lease(value, encver);
-    check_resource(value, encver);
-    check_sequence(value, encver);
+/// Every session ended long ago.
+struct NoSessions;
+
+impl Sessions for NoSessions {
+    fn state(&mut self, _: &Binding) -> SessionState {
+        SessionState::Ended { at_ms: 0 }
+    }
 }
 
-/// The values a reader yields, in order, until the first short read.
-#[derive(Debug, PartialEq)]
-enum Item {
-    U(u64),
-    B(Box<[u8]>),
-}
-
-/// The clock the lease decoder is given: late enough that every deadline up
-/// to `MAX_DEADLINE_MS` is within reach of a grant.
-const DECODE_NOW: u64 = MAX_DEADLINE_MS - MAX_TTL_MS;
-
-fn check_lease(value: &[u8], encver: i32) {
-    let decoded = encoding::decode_lease(&mut reader::Reader::new(value), encver, DECODE_NOW);
-    let Ok(lease) = decoded else {
-        return;
-    };
-    assert_eq!(encver, encoding::ENCODING_VERSION);
-    // What was read is exactly fence, deadline, token, in range.
-    let mut r = reader::Reader::new(value);
-    let items = [
-        r.next_unsigned().map(Item::U),
-        r.next_unsigned().map(Item::U),
-        r.next_buffer().map(Item::B),
-    ];
-    let [Some(Item::U(fence)), Some(Item::U(deadline)), Some(Item::B(token))] = items else {
-        panic!("decoded a lease from {items:?}");
-    };
-    assert_eq!(lease.fence(), fence);
-    assert!(fence < FENCE_LIMIT);
-    match lease.holder() {
-        Some(h) => {
-            assert_eq!(&h.token[..], &token[..]);
-            assert_eq!(h.deadline_ms, deadline);
-            assert!((1..=MAX_TOKEN_LEN).contains(&h.token.len()));
+/// What every lease the model makes or loads keeps to: fences below 2^53;
+/// an extended lease's holds oldest grant first with rising fences, none
+/// above the key's; a token, an owner, a deadline, a session and a delay
+/// each in range; at most one exclusive hold and no limit on it; no more
+/// shared holds than the limit.
+fn check_invariants(lease: &Lease) {
+    assert!(lease.fence() < FENCE_LIMIT);
+    let Some(holds) = lease.extended() else {
+        if let Some(h) = lease.holder() {
+            assert!(reference_token(&h.token));
             assert!((1..=MAX_DEADLINE_MS).contains(&h.deadline_ms));
-            // The state arithmetic holds at every instant around the deadline.
-            for now in [0, h.deadline_ms - 1, h.deadline_ms, u64::MAX] {
-                match lease.state(now) {
-                    State::Held { ttl_ms } => {
-                        assert!(now < h.deadline_ms);
-                        assert_eq!(ttl_ms, h.deadline_ms - now);
-                    }
-                    State::Free => assert!(now >= h.deadline_ms),
-                }
-            }
         }
-        None => assert!(token.is_empty() && deadline == 0),
-    }
-    // Saved again as the module saves it, it decodes to the same lease.
-    let (deadline, token) = lease.persisted_holder();
-    let again = rdb::encode_lease(lease.fence(), deadline, &token);
-    let reloaded = encoding::decode_lease(&mut reader::Reader::new(&again), encver, DECODE_NOW);
-    assert_eq!(reloaded.as_ref(), Ok(&lease));
-    // A restored fence raises the sequence (up to its ceiling), and the
-    // key's next grant is above its own fence either way; other keys are
-    // still granted.
-    let mut fences = FenceSequence::new();
-    fences.observe(lease.fence(), 0);
-    if let Ok(next) = fences.next(lease.fence(), 0) {
-        assert!(next > lease.fence() && next < FENCE_LIMIT);
-    }
-    assert!(fences.next(0, 0).is_ok());
-}
-
-fn check_resource(value: &[u8], encver: i32) {
-    let decoded = encoding::decode_resource(&mut reader::Reader::new(value), encver);
-    let Ok(record) = decoded else {
         return;
     };
-    assert_eq!(encver, encoding::ENCODING_VERSION);
-    let first = reader::Reader::new(value).next_unsigned();
-    assert_eq!(first, Some(record.highest()));
-    assert!(record.highest() < FENCE_LIMIT);
-    // Fences at and above the highest pass, below it are stale.
-    assert!(record.check(record.highest()).is_ok());
-    if let Some(below) = record.highest().checked_sub(1) {
-        assert!(record.check(below).is_err());
+    assert!(
+        lease.holder().is_none(),
+        "an extended lease has no compact holder"
+    );
+    let all = holds.by_grant();
+    let mut last = None;
+    for (token, g) in &all {
+        assert!(g.fence <= lease.fence(), "a hold above the key's fence");
+        assert!(last.is_none_or(|l| g.fence > l), "fences rise");
+        last = Some(g.fence);
+        assert!(reference_token(token));
+        assert!(g.owner().is_none_or(reference_owner));
+        let session = g.session();
+        assert!(session.is_none_or(|b| b.fence < FENCE_LIMIT));
+        match g.deadline_ms {
+            NO_DEADLINE => assert!(session.is_some(), "no deadline without a session"),
+            d => assert!((1..=MAX_DEADLINE_MS).contains(&d)),
+        }
+        assert!(g.delay_ms() <= MAX_TTL_MS);
     }
-    let again = rdb::encode_unsigned(record.highest());
-    let reloaded = encoding::decode_resource(&mut reader::Reader::new(&again), encver);
-    assert_eq!(reloaded, Ok(record));
+    let bound = all.iter().filter(|(_, g)| g.session().is_some()).count();
+    assert_eq!(holds.bound(), bound);
+    match holds.mode() {
+        Mode::Exclusive => {
+            assert!(all.len() <= 1, "{} exclusive holds", all.len());
+            assert_eq!(holds.limit(), None, "a limit on an exclusive lease");
+        }
+        Mode::Shared => {
+            assert!(holds.limit().is_none_or(|n| all.len() <= n as usize));
+            assert!(
+                all.iter().all(|(_, g)| g.delay_ms() == 0),
+                "a delay on a shared hold"
+            );
+        }
+    }
 }
 
-fn check_sequence(value: &[u8], encver: i32) {
-    let Ok(last) = encoding::decode_sequence(&mut reader::Reader::new(value), encver) else {
-        return;
-    };
-    assert_eq!(encver, encoding::ENCODING_VERSION);
-    assert!(last < FENCE_LIMIT);
-    assert_eq!(reader::Reader::new(value).next_unsigned(), Some(last));
-    // Observed at a clock where it is within reach of the floor, it is kept.
-    let mut fences = FenceSequence::new();
-    fences.observe(last, last / FENCES_PER_MS);
-    assert_eq!(fences.last(), last);
+/// What a lease shows at `now_ms` agrees with itself: `is_live`,
+/// `live_holds` (oldest grant first, each ending after now), `view` and
+/// `state` (held until the last live hold ends).
+fn check_views(lease: &Lease, now_ms: u64, sessions: &mut impl Sessions) {
+    let live = lease.live_holds(now_ms, sessions);
+    let view = lease.view(now_ms, sessions);
+    let state = lease.state(now_ms, sessions);
+    let is_live = lease.is_live(now_ms, sessions);
+    assert_eq!(is_live, !live.is_empty(), "is_live at {now_ms}: {live:?}");
+    assert_eq!(view.holders, live.len(), "view at {now_ms}");
+    assert_eq!(view.mode.is_some(), is_live);
+    let mut last = None;
+    for h in &live {
+        assert!(h.deadline_ms > now_ms);
+        assert!(h.fence <= lease.fence());
+        assert!(last.is_none_or(|l| h.fence > l));
+        last = Some(h.fence);
+        assert_eq!(Some(h.mode), view.mode);
+    }
+    if view.mode == Some(Mode::Exclusive) {
+        assert_eq!(live.len(), 1);
+        assert_eq!(view.owner, live[0].owner);
+        assert_eq!(view.session, live[0].session);
+    }
+    assert!(view.limit.is_none_or(|n| live.len() <= n as usize));
+    match state {
+        State::Held { ttl_ms } => {
+            let latest = live.iter().map(|h| h.deadline_ms).max();
+            assert_eq!(latest.map(|d| d - now_ms), Some(ttl_ms), "held at {now_ms}");
+        }
+        State::Delayed { ttl_ms } => {
+            assert!(!is_live && ttl_ms > 0);
+            assert_eq!(lease.delayed(now_ms, sessions), Some(now_ms + ttl_ms));
+        }
+        State::Free => assert!(!is_live),
+    }
 }
