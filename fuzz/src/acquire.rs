@@ -100,6 +100,9 @@ fn reference_acquire<'a>(ttl: &[u8], options: &[&'a [u8]]) -> Result<Expected<'a
                 if !reference_token(token) {
                     return Err(error::TOKEN);
                 }
+                if key.is_empty() {
+                    return Err(error::SESSION_KEY);
+                }
                 e.session = Some((key, token));
                 i += 3;
             }
@@ -331,16 +334,7 @@ fn check_terms(token: &[u8], p: &args::Acquire<'_, &[u8]>) {
         false => own_deadline,
     };
     let other = other_token(&[token, stoken]);
-    // Known model bug (reported, not fixed here): a hold bound to a session
-    // whose key is empty (a valid key name) is saved with an empty session
-    // key, which `decode_lease` reads as no session: it loads unbound, or
-    // (ttl 0) not at all. Its saves are left out until that is fixed.
-    let saves = !(bound && skey.is_empty());
-    let round_trip = |lease: &Lease, now_ms: u64| {
-        if saves {
-            crate::round_trip(lease, now_ms);
-        }
-    };
+    let round_trip = crate::round_trip;
 
     let mut lease = Lease::default();
     let got = lease.acquire_on(
