@@ -117,6 +117,7 @@ redis_module! {
         i64: [
             ["reap-batch", &config::REAP_BATCH, config::REAP_BATCH_DEFAULT, config::REAP_BATCH_MIN, config::REAP_BATCH_MAX, ConfigurationFlags::DEFAULT, None],
             ["max-waiters", &config::MAX_WAITERS, config::MAX_WAITERS_DEFAULT, config::MAX_WAITERS_MIN, config::MAX_WAITERS_MAX, ConfigurationFlags::DEFAULT, None],
+            ["max-holders", &config::MAX_HOLDERS, config::MAX_HOLDERS_DEFAULT, config::MAX_HOLDERS_MIN, config::MAX_HOLDERS_MAX, ConfigurationFlags::DEFAULT, None],
             ["reap-hz", &config::REAP_HZ, config::REAP_HZ_DEFAULT, config::REAP_HZ_MIN, config::REAP_HZ_MAX, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],

@@ -128,7 +128,7 @@ fn assert_args(flavor: Flavor, shown: Option<&Value>, expected: &[DocArg], what:
 for_each_server!(command_docs_show_the_json, |flavor| {
     let server = Server::start(flavor);
     let mut con = server.client();
-    assert_eq!(EXPECTED.len(), 6, "one file per command in commands/");
+    assert_eq!(EXPECTED.len(), 7, "one file per command in commands/");
     for want in EXPECTED {
         let what = format!("COMMAND DOCS {}", want.name);
         let Some(doc) = docs(&mut con, want.name) else {
@@ -228,15 +228,15 @@ fn usage(args: &[Value], what: &str) -> String {
     words.join(" ")
 }
 
-// The arguments of version 1 of the contract (/work/shared/spec.md), as clients and
-// tools read them from COMMAND DOCS; and complexities that are not all O(1).
+// The arguments of the contract (/work/shared/spec.md, versions 1 and 2), as clients
+// and tools read them from COMMAND DOCS; and complexities that are not all O(1).
 for_each_server!(command_docs_follow_the_contract, |flavor| {
     let server = Server::start(flavor);
     let mut con = server.client();
     for (name, want) in [
         (
             "lease.acquire",
-            "key:key ttl:integer [TOKEN token:string] [BLOCK timeout:integer]",
+            "key:key ttl:integer [TOKEN token:string] [BLOCK timeout:integer] [SHARED [LIMIT limit:integer]] [OWNER owner:string]",
         ),
         ("lease.renew", "key:key token:string ttl:integer"),
         ("lease.release", "key:key token:string"),
@@ -245,6 +245,7 @@ for_each_server!(command_docs_follow_the_contract, |flavor| {
             "resource:key fence:integer [command:string [arg:string [arg:string ...]]]",
         ),
         ("lease.info", "key:key"),
+        ("lease.holders", "key:key"),
     ] {
         let doc = docs(&mut con, name).unwrap_or_else(|| panic!("COMMAND DOCS {name}: none"));
         let args = list(field(&doc, "arguments").expect("arguments"), name);

@@ -180,7 +180,7 @@ fn crafted_payloads(live: u64) -> Vec<(String, Body)> {
         Body::new("fence-rec", 1).unsigned(5),
     ));
     // Encoding versions the module does not know.
-    for v in [0, 2, 1023] {
+    for v in [0, 3, 1023] {
         cases.push((
             format!("a lease-key of encoding version {v}"),
             Body::new("lease-key", v)
@@ -326,7 +326,9 @@ for_each_server!(
         // the DUMP bodies byte for byte, and crafted well-formed values load.
         let deadline = {
             let mut d = [0u8; 8];
-            let at = lease_body.len() - 1 - 1 - 1 - b"tok-src".len() - 8;
+            // From the end: EOF, the compact marker (opcode and 0), the token, its
+            // length and opcode; the deadline's 8 bytes before.
+            let at = lease_body.len() - 1 - 2 - b"tok-src".len() - 1 - 1 - 8;
             d.copy_from_slice(&lease_body[at..at + 8]);
             u64::from_be_bytes(d)
         };
@@ -527,7 +529,7 @@ for_each_server!(
             original[original.len() - 8..],
             "the RDB's CRC64 as this test computes it"
         );
-        let lease_id = module_id("lease-key", 1);
+        let lease_id = module_id("lease-key", 2);
         let aux = aux_value_range(&original, lease_id);
         let mut bad_aux = vec![2];
         push_len(&mut bad_aux, FENCE_LIMIT);

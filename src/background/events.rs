@@ -539,7 +539,7 @@ fn touch_expired_leases() {
         rm::in_db(ctx, db, || {
             let name = OwnedString::new(ctx, &key);
             let expired = Key::open_read(ctx, name.as_ptr()).is_some_and(
-                |mut k| matches!(k.value::<Lease>(), Slot::Ours(l) if !l.is_live(now)),
+                |mut k| matches!(k.value::<Lease>(), Slot::Ours(l) if l.has_expired_hold(now)),
             );
             if expired {
                 // SAFETY: `ctx` is the module's own context, with `db`

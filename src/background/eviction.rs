@@ -309,6 +309,7 @@ fn restore(ctx: Ctx, unlinked: &mut Unlinked) {
     let value = std::mem::replace(&mut unlinked.value, Saved::Resource(Resource::default()));
     match value {
         Saved::Lease(lease) => {
+            state::shared_holds_moved(0, lease.shared_holds());
             let lease = types::store_lease(&mut key, lease);
             effects::replicate_lease(ctx, name.as_ptr(), lease);
             state::index_lease(unlinked.db, &unlinked.key, lease);

@@ -179,16 +179,28 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
         // Deleted, renamed or replaced since it was indexed.
         return false;
     };
+    if lease.is_live(now) && lease.has_expired_hold(now) {
+        // Some holds of an extended lease expired, others live: only the
+        // expired go, and the key stays.
+        drop(key);
+        let Some(mut key) = Key::open_write(ctx, name) else {
+            return false;
+        };
+        let Slot::Ours(lease) = key.value::<Lease>() else {
+            return false;
+        };
+        expire_holds(ctx, name, lease, now);
+        reindex(entry, lease);
+        drop(key);
+        if state::waiters().len(db, key_bytes) > 0 {
+            effects::signal(ctx, name);
+        }
+        return false;
+    }
     if lease.is_live(now) {
         // Renewed since it was indexed, or an older entry of a key that has
         // another: the lease needs one entry, at its deadline.
-        let entry_elsewhere = lease.index_mark().is_some_and(|at| {
-            at != entry.deadline_ms() && state::index().contains(at, db, key_bytes)
-        });
-        if !entry_elsewhere {
-            lease.set_index_mark(None);
-            state::index_lease(db, key_bytes, lease);
-        }
+        reindex(entry, lease);
         return false;
     }
     if state::waiters().len(db, key_bytes) > 0 {
@@ -200,7 +212,10 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
         state::index().insert(recheck, db, key_bytes);
         return false;
     }
-    let expired = lease.deadline().is_some();
+    let expired = match lease.extended() {
+        Some(holds) => holds.len() as u64,
+        None => u64::from(lease.deadline().is_some()),
+    };
     // Its entry was just taken: the unlink has none to remove.
     lease.set_index_mark(None);
     drop(key);
@@ -209,11 +224,38 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
     };
     types::delete(&mut key);
     drop(key);
-    if expired {
+    if expired > 0 {
         rm::notify(ctx, c"lease.expire", name);
-        state::bump(&STATS.expired);
+        state::add(&STATS.expired, expired);
     }
     true
+}
+
+/// Gives a live lease the one index entry it needs, at its (earliest)
+/// deadline, unless it has one elsewhere that is not later.
+fn reindex(entry: &Due, lease: &mut Lease) {
+    let (db, key_bytes) = (entry.db(), entry.key());
+    let entry_elsewhere = lease
+        .index_mark()
+        .is_some_and(|at| at != entry.deadline_ms() && state::index().contains(at, db, key_bytes));
+    if !entry_elsewhere {
+        lease.set_index_mark(None);
+        state::index_lease(db, key_bytes, lease);
+    }
+}
+
+/// Removes the expired holds of an extended lease that has live ones, and
+/// carries that out: replicated, announced, counted.
+fn expire_holds(ctx: Ctx, name: RString, lease: &mut Lease, now: u64) {
+    let shared_before = lease.shared_holds();
+    let gone = lease.prune(now);
+    state::shared_holds_moved(shared_before, lease.shared_holds());
+    if gone.is_empty() {
+        return;
+    }
+    effects::replicate_drop(ctx, name, &gone);
+    rm::notify(ctx, c"lease.expire", name);
+    state::add(&STATS.expired, gone.len() as u64);
 }
 
 struct ScanState {

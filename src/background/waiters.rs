@@ -15,7 +15,9 @@ use redis_module::raw;
 use crate::keyspace::effects::{self, Wire};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types::{self};
+use crate::model::config;
 use crate::model::error;
+use crate::model::holds::{Mode, Refused, Terms};
 use crate::model::lease::{Acquire, Lease};
 use crate::rm::{self, api, Ctx, Key, RString, Slot};
 
@@ -28,6 +30,19 @@ struct Waiter {
     key: Box<[u8]>,
     token: Box<[u8]>,
     ttl_ms: u64,
+    mode: Mode,
+    limit: Option<u32>,
+    owner: Option<Box<[u8]>>,
+}
+
+impl Waiter {
+    fn terms(&self) -> Terms<'_> {
+        Terms {
+            mode: self.mode,
+            limit: self.limit,
+            owner: self.owner.as_deref(),
+        }
+    }
 }
 
 /// Whether the caller may block here: not inside MULTI, a script, or any
@@ -42,7 +57,14 @@ fn may_block(ctx: Ctx) -> bool {
 /// Blocks the caller until it gets the lease or `timeout_ms` passes
 /// (0: forever). Where blocking is not possible, replies nil as a busy
 /// non-blocking acquire does.
-pub fn block(ctx: Ctx, key: RString, token: &[u8], ttl_ms: u64, timeout_ms: u64) -> c_int {
+pub fn block(
+    ctx: Ctx,
+    key: RString,
+    token: &[u8],
+    ttl_ms: u64,
+    terms: Terms,
+    timeout_ms: u64,
+) -> c_int {
     if !may_block(ctx) {
         return rm::reply_null_array(ctx);
     }
@@ -61,6 +83,9 @@ pub fn block(ctx: Ctx, key: RString, token: &[u8], ttl_ms: u64, timeout_ms: u64)
         key: name.into(),
         token: token.into(),
         ttl_ms,
+        mode: terms.mode,
+        limit: terms.limit,
+        owner: terms.owner.map(Into::into),
     });
     let privdata = Box::into_raw(waiter).cast::<c_void>();
     let mut keys = [key];
@@ -160,27 +185,33 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 Slot::Empty => (&mut fresh, false),
                 Slot::Ours(lease) => (lease, true),
             };
-            let had_holder = lease.deadline().is_some();
-            let fence = match lease.acquire(
+            let shared_before = lease.shared_holds();
+            let outcome = lease.acquire_on(
                 &waiter.token,
                 waiter.ttl_ms,
+                waiter.terms(),
                 now,
+                true,
                 false,
+                config::max_holders(),
                 &mut state::fences(),
-            ) {
-                Ok(Acquire::Granted { fence }) => {
-                    if had_holder {
-                        effects::expired_before_reaping(ctx, key_name);
+            );
+            let fence = match outcome {
+                Ok((Acquire::Granted { fence }, replaced)) => {
+                    if replaced > 0 {
+                        effects::expired_before_reaping(ctx, key_name, replaced);
                     }
                     fence
                 }
-                Ok(Acquire::Retried { fence }) => fence,
-                Ok(Acquire::Busy) => return ERR,
-                Err(_) => {
-                    rm::reply_error(ctx, error::FENCE_EXHAUSTED);
+                Ok((Acquire::Retried { fence }, _)) => fence,
+                // The limit or max-holders reached: wait for a hold to end.
+                Ok((Acquire::Busy, _)) | Err(Refused::TooManyHolders) => return ERR,
+                Err(refused) => {
+                    rm::reply_message(ctx, error::refused(refused));
                     return OK;
                 }
             };
+            state::shared_holds_moved(shared_before, lease.shared_holds());
             let lease = if stored {
                 lease
             } else {
@@ -190,6 +221,11 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
             state::bump(&STATS.grants);
             state::bump(&STATS.waiter_grants);
             effects::granted(ctx, key_name, lease, Wire::Bytes(&waiter.token));
+            if waiter.mode == Mode::Shared && state::waiters().len(waiter.db, &waiter.key) > 0 {
+                // A shared grant may leave room for the shared waiter now at
+                // the head: offered at once, before any other command.
+                effects::signal(ctx, key_name);
+            }
             drop(key);
             rm::reply_array(ctx, 2);
             rm::reply_bulk(ctx, &waiter.token);

@@ -1,4 +1,5 @@
-//! `LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout]`.
+//! `LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout] [SHARED [LIMIT n]]
+//! [OWNER label]`.
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -8,7 +9,9 @@ use crate::keyspace::effects::{expired_before_reaping, granted, Wire};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
 use crate::model::args;
+use crate::model::config;
 use crate::model::error;
+use crate::model::holds::Refused;
 use crate::model::lease::{Acquire, Lease};
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
@@ -20,7 +23,8 @@ fn reply_grant(ctx: Ctx, token: &[u8], fence: u64) -> c_int {
     rm::reply_integer(ctx, fence as i64)
 }
 
-/// `LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout]`
+/// `LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout] [SHARED [LIMIT n]]
+/// [OWNER label]`
 pub extern "C" fn acquire_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
     command("LEASE.ACQUIRE", ctx, argv, argc, acquire, token_option)
 }
@@ -64,12 +68,35 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     };
     // Clients already waiting get a free lease before this caller does.
     let queue_ahead = effects::has_waiters(ctx, key_name);
-    // A grant over a holder is a grant over an expired one.
-    let had_holder = lease.deadline().is_some();
-    let outcome = lease.acquire(token, parsed.ttl_ms, now, queue_ahead, &mut state::fences());
+    let shared_before = lease.shared_holds();
+    let outcome = if parsed.terms.is_plain() && !lease.is_extended() {
+        // Version 1's grant, on the compact form: the hot path.
+        // A grant over a holder is a grant over an expired one.
+        let had_holder = lease.deadline().is_some();
+        lease
+            .acquire(token, parsed.ttl_ms, now, queue_ahead, &mut state::fences())
+            .map(|a| {
+                (
+                    a,
+                    usize::from(had_holder && matches!(a, Acquire::Granted { .. })),
+                )
+            })
+            .map_err(|_| Refused::FenceExhausted)
+    } else {
+        lease.acquire_on(
+            token,
+            parsed.ttl_ms,
+            parsed.terms,
+            now,
+            queue_ahead,
+            queue_ahead,
+            config::max_holders(),
+            &mut state::fences(),
+        )
+    };
     let fence = match outcome {
-        Err(_) => return rm::reply_error(ctx, error::FENCE_EXHAUSTED),
-        Ok(Acquire::Busy) => {
+        Err(refused) => return rm::reply_message(ctx, error::refused(refused)),
+        Ok((Acquire::Busy, _)) => {
             state::bump(&STATS.contended);
             if queue_ahead && !lease.is_live(now) {
                 // Free, but owed to the queue: serve its head now rather
@@ -77,24 +104,30 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
                 effects::signal(ctx, key_name);
             }
             return match parsed.block_ms {
-                Some(timeout) => {
-                    crate::background::waiters::block(ctx, key_name, token, parsed.ttl_ms, timeout)
-                }
+                Some(timeout) => crate::background::waiters::block(
+                    ctx,
+                    key_name,
+                    token,
+                    parsed.ttl_ms,
+                    parsed.terms,
+                    timeout,
+                ),
                 None => rm::reply_null_array(ctx),
             };
         }
-        Ok(Acquire::Granted { fence }) => {
+        Ok((Acquire::Granted { fence }, replaced)) => {
             state::bump(&STATS.grants);
-            if had_holder {
-                expired_before_reaping(ctx, key_name);
+            if replaced > 0 {
+                expired_before_reaping(ctx, key_name, replaced);
             }
             fence
         }
-        Ok(Acquire::Retried { fence }) => {
+        Ok((Acquire::Retried { fence }, _)) => {
             state::bump(&STATS.retries);
             fence
         }
     };
+    state::shared_holds_moved(shared_before, lease.shared_holds());
     let lease = if stored {
         lease
     } else {

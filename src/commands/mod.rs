@@ -141,16 +141,6 @@ pub(super) fn nested_lease_command(args: &[RString]) -> Redact {
     }
 }
 
-/// APPLY: the token is the last argument (`key fence:deadline token`, or
-/// `key fence deadline token` as earlier versions wrote it).
-pub(super) fn last_argument(args: &[RString]) -> Redact {
-    if args.len() > 3 {
-        Redact::One(args.len() - 1)
-    } else {
-        Redact::Nothing
-    }
-}
-
 /// The lease in an open key: `None` for an empty key, an error for a key of
 /// another type.
 pub(super) fn lease_in(key: &mut Key) -> Result<Option<&mut Lease>, &'static CStr> {

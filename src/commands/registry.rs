@@ -13,7 +13,7 @@ use crate::rm::{self, api, Ctx, RString};
 use super::acquire::acquire_command;
 use super::apply::apply_command;
 use super::fence::fence_command;
-use super::info::info_command;
+use super::info::{holders_command, info_command};
 use super::inner;
 use super::release::release_command;
 use super::renew::renew_command;
@@ -30,6 +30,7 @@ const fn handler(name: &[u8]) -> Option<Handler> {
         b"lease.release" => Some(release_command),
         b"lease.fence" => Some(fence_command),
         b"lease.info" => Some(info_command),
+        b"lease.holders" => Some(holders_command),
         b"lease.apply" => Some(apply_command),
         _ => None,
     }

@@ -58,11 +58,22 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         return rm::reply_integer(ctx, 0);
     };
     let mark = lease.index_mark();
+    let shared_before = lease.shared_holds();
     if !lease.release(token, now) {
         state::bump(&STATS.releases_rejected);
         return rm::reply_integer(ctx, 0);
     }
     state::bump(&STATS.releases);
+    state::shared_holds_moved(shared_before, lease.shared_holds());
+    if lease.extended().is_some_and(|h| !h.is_empty()) {
+        // Other holds stay, and their index entry with them.
+        effects::replicate_drop(ctx, *key_name, &[token]);
+        if effects::has_waiters(ctx, *key_name) {
+            effects::signal(ctx, *key_name);
+        }
+        rm::notify(ctx, c"lease.release", *key_name);
+        return rm::reply_integer(ctx, 1);
+    }
     if let (Some(at), true) = (mark, state::is_primary()) {
         state::index().remove(at, rm::selected_db(ctx), rm::bytes(key_name));
     }
@@ -74,7 +85,12 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
     } else {
         // The key stays, free, for the first waiter, who is served before
         // any other client's command runs.
-        replicate_lease(ctx, *key_name, lease);
+        if lease.is_extended() {
+            // Its terms (the limit) stay with it while clients wait.
+            effects::replicate_drop(ctx, *key_name, &[token]);
+        } else {
+            replicate_lease(ctx, *key_name, lease);
+        }
         effects::signal(ctx, *key_name);
     }
     rm::notify(ctx, c"lease.release", *key_name);

@@ -27,6 +27,7 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
             unsafe { api!(RedisModule_InfoAddSection)(ctx, std::ptr::null()) };
             add(c"keys", read(&STATS.lease_keys));
             add(c"resource_keys", read(&STATS.resource_keys));
+            add(c"shared_holds", read(&STATS.shared_holds));
             add(c"indexed_deadlines", state::index().len() as u64);
             add(c"waiters", state::waiters().total() as u64);
             add(c"fence_last", state::fences().last());

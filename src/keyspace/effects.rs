@@ -12,6 +12,7 @@ use std::os::raw::c_void;
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
 use crate::model::args;
+use crate::model::holds::{Grant, Mode};
 use crate::model::lease::Lease;
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString};
 
@@ -38,10 +39,25 @@ pub enum Wire<'a> {
     Bytes(&'a [u8]),
 }
 
-/// Propagates a lease's whole state as `LEASE.APPLY`.
+impl Wire<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Wire::Arg(arg) => rm::bytes(arg),
+            Wire::Bytes(b) => b,
+        }
+    }
+}
+
+/// Propagates a lease's whole state as `LEASE.APPLY`: the compact form,
+/// or (extended) its fence and then each hold.
 pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
     let (deadline, token) = lease.persisted_holder();
     replicate_holder(ctx, key, lease.fence(), deadline, Wire::Bytes(&token));
+    if let Some((mode, limit, holds)) = lease.persisted_holds() {
+        for hold in &holds {
+            replicate_hold(ctx, key, &hold.grant, mode, limit, Wire::Bytes(&hold.token));
+        }
+    }
 }
 
 /// `LEASE.APPLY key fence:deadline token`. Callers that have the holder's
@@ -74,18 +90,118 @@ pub fn replicate_holder(ctx: Ctx, key: RString, fence: u64, deadline: u64, token
     };
 }
 
-/// Propagates a held lease whose holder's token is `token`.
+/// Propagates `token`'s hold: the whole state of a compact lease, the one
+/// hold of an extended one.
 pub fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: Wire) {
+    if let Some(holds) = lease.extended() {
+        if let Some(grant) = holds.get(token.bytes()) {
+            replicate_hold(ctx, key, grant, holds.mode(), holds.limit(), token);
+        }
+        return;
+    }
     match lease.deadline() {
         Some(deadline) => replicate_holder(ctx, key, lease.fence(), deadline, token),
         None => replicate_lease(ctx, key, lease),
     }
 }
 
-/// A grant took over a lease that had expired before the reaper reached
-/// it: the expiry is announced and counted here, as the reaper would have.
-pub fn expired_before_reaping(ctx: Ctx, key: RString) {
-    state::bump(&STATS.expired);
+/// `LEASE.APPLY key HOLD fence:deadline mode:limit owner token`: one hold
+/// of an extended lease, on the key's terms (`X` exclusive, `S` shared;
+/// limit 0: none; an empty owner: none).
+pub fn replicate_hold(
+    ctx: Ctx,
+    key: RString,
+    grant: &Grant,
+    mode: Mode,
+    limit: Option<u32>,
+    token: Wire,
+) {
+    let mut buf = [0u8; args::STATE_LEN];
+    let state = args::apply_state(grant.fence, grant.deadline_ms, &mut buf);
+    let terms = args::hold_terms(mode, limit);
+    let owner = grant.owner.as_deref().unwrap_or_default();
+    let apply = c"LEASE.APPLY".as_ptr();
+    let hold = c"HOLD".as_ptr();
+    let token = OwnedToken::new(ctx, token);
+    // SAFETY: `ctx` and `key` are valid by the handle rule, the token's
+    // string lives to the end of this function; each format matches its
+    // arguments (`s`: a module string, `c`: a NUL-terminated string, `b`:
+    // a pointer and a length, live for the call, which copies them).
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx,
+            apply,
+            c"scbbbs".as_ptr(),
+            key,
+            hold,
+            state.as_ptr(),
+            state.len(),
+            terms.as_ptr(),
+            terms.len(),
+            owner.as_ptr(),
+            owner.len(),
+            token.as_ptr(),
+        )
+    };
+}
+
+/// A token as a module string: the client's own argument where it is one,
+/// else a new string.
+enum OwnedToken {
+    Arg(RString),
+    Made(OwnedString),
+}
+
+impl OwnedToken {
+    fn new(ctx: Ctx, token: Wire) -> Self {
+        match token {
+            Wire::Arg(arg) => OwnedToken::Arg(arg),
+            Wire::Bytes(b) => OwnedToken::Made(OwnedString::new(ctx, b)),
+        }
+    }
+
+    fn as_ptr(&self) -> RString {
+        match self {
+            OwnedToken::Arg(arg) => *arg,
+            OwnedToken::Made(s) => s.as_ptr(),
+        }
+    }
+}
+
+/// `LEASE.APPLY key DROP token [token ...]`: these holds of an extended
+/// lease are gone (released or expired); the key stays.
+pub fn replicate_drop<T: AsRef<[u8]>>(ctx: Ctx, key: RString, tokens: &[T]) {
+    if tokens.is_empty() {
+        return;
+    }
+    let owned: Vec<OwnedString> = tokens
+        .iter()
+        .map(|t| OwnedString::new(ctx, t.as_ref()))
+        .collect();
+    let mut argv: Vec<RString> = Vec::with_capacity(owned.len() + 1);
+    argv.push(key);
+    argv.extend(owned.iter().map(OwnedString::as_ptr));
+    // SAFETY: `ctx` is valid by the handle rule; the format `cv` takes the
+    // NUL-terminated string and an array of module strings with its
+    // length, all live for the call (`owned` outlives it).
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx,
+            c"LEASE.APPLY".as_ptr(),
+            c"vcv".as_ptr(),
+            argv.as_ptr(),
+            1usize,
+            c"DROP".as_ptr(),
+            argv[1..].as_ptr(),
+            argv.len() - 1,
+        )
+    };
+}
+
+/// A grant took over holds that had expired before the reaper reached
+/// them: the expiry is announced and counted here, as the reaper would have.
+pub fn expired_before_reaping(ctx: Ctx, key: RString, holds: usize) {
+    state::add(&STATS.expired, holds as u64);
     rm::notify(ctx, c"lease.expire", key);
 }
 

@@ -180,6 +180,8 @@ pub struct Stats {
     pub evicted: AtomicU64,
     pub restored: AtomicU64,
     pub eviction_refused: AtomicU64,
+    /// Shared holds stored, live or not yet reaped.
+    pub shared_holds: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -200,10 +202,30 @@ pub static STATS: Stats = Stats {
     evicted: AtomicU64::new(0),
     restored: AtomicU64::new(0),
     eviction_refused: AtomicU64::new(0),
+    shared_holds: AtomicU64::new(0),
 };
 
 pub fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
+}
+
+pub fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Moves the `shared_holds` gauge by a value's change from `before` to
+/// `after` shared holds.
+pub fn shared_holds_moved(before: usize, after: usize) {
+    if after > before {
+        add(&STATS.shared_holds, (after - before) as u64);
+    } else if before > after {
+        let gone = (before - after) as u64;
+        let _ = STATS
+            .shared_holds
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(gone))
+            });
+    }
 }
 
 pub fn drop_one(counter: &AtomicU64) {

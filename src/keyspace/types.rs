@@ -6,9 +6,10 @@
 //! itself, so `noeviction` and every `volatile-*` policy leave these keys
 //! alone.
 //!
-//! RDB encoding, version 1:
+//! RDB encoding, version 2 (version 1 files load as they are):
 //! - lease-key: `fence` (unsigned), `deadline_ms` (unsigned, 0 when free),
-//!   `token` (string buffer, empty when free)
+//!   `token` (string buffer, empty when free): version 1's fields; then
+//!   `0` for a compact lease, or `1` and its holds (`encoding.rs`)
 //! - fence-rec: `highest` (unsigned)
 //! - aux (before the keyspace): the fence sequence's `last` (unsigned)
 
@@ -22,8 +23,9 @@ use crate::keyspace::removals::{self, Floor};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::unlinked::{self, Saved};
 use crate::model::args;
-use crate::model::encoding::{self, Reader};
-use crate::model::lease::{Lease, Resource, Token, FENCE_LIMIT};
+use crate::model::encoding::{self, Encoded, Reader, Writer};
+use crate::model::holds::Hold;
+use crate::model::lease::{Lease, Resource, FENCE_LIMIT};
 use crate::rm::{self, api, Key, ModuleValue};
 
 pub use crate::model::encoding::ENCODING_VERSION;
@@ -177,6 +179,7 @@ unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int)
                 // really stored (the `restore` event, a rescan): Redis may still
                 // refuse the payload after this returns.
                 state::bump(&STATS.lease_keys);
+                state::shared_holds_moved(0, lease.shared_holds());
                 Box::into_raw(Box::new(lease)).cast()
             }
             Err(what) => load_failed(what),
@@ -196,15 +199,26 @@ unsafe extern "C" fn lease_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_
     // All that could fail comes before the first write. If it fails, the
     // lease is saved free with its fence: a whole value, no fence lost
     // (half a value would be an RDB that does not load).
-    let (deadline, token) = rm::guard(
+    let saved = rm::guard(
         "lease-key save",
-        || (0, Token::Stored(&[])),
-        || lease.persisted_holder(),
+        || Encoded::free(lease.fence()),
+        || Encoded::of(lease),
     );
-    // The crate's writers: `rdb` is the IO handle Redis passed to rdb_save.
-    raw::save_unsigned(rdb, lease.fence());
-    raw::save_unsigned(rdb, deadline);
-    raw::save_slice(rdb, &token);
+    saved.write(&mut IoWriter(rdb));
+}
+
+/// Redis's IO API as a `Writer`.
+struct IoWriter(*mut raw::RedisModuleIO);
+
+impl Writer for IoWriter {
+    fn unsigned(&mut self, value: u64) {
+        // The crate's writer: the handle is the one Redis passed rdb_save.
+        raw::save_unsigned(self.0, value);
+    }
+
+    fn buffer(&mut self, bytes: &[u8]) {
+        raw::save_slice(self.0, bytes);
+    }
 }
 
 /// # Safety
@@ -227,6 +241,9 @@ unsafe extern "C" fn lease_aof_rewrite(
             let (deadline, token) = lease.persisted_holder();
             let mut buf = [0u8; args::STATE_LEN];
             let state = args::apply_state(lease.fence(), deadline, &mut buf);
+            // An extended lease: its fence first (as a free compact lease),
+            // then each hold, oldest grant first.
+            let holds = lease.persisted_holds();
             // SAFETY: Redis passes a valid IO handle and the key's name to
             // aof_rewrite; the format `sbb` takes a module string and two
             // pointer-and-length buffers, live for the call.
@@ -242,6 +259,34 @@ unsafe extern "C" fn lease_aof_rewrite(
                     token.len(),
                 )
             };
+            let Some((mode, limit, holds)) = holds else {
+                return;
+            };
+            let terms = args::hold_terms(mode, limit);
+            for Hold { token, grant } in &holds {
+                let state = args::apply_state(grant.fence, grant.deadline_ms, &mut buf);
+                let owner = grant.owner.as_deref().unwrap_or_default();
+                // SAFETY: as above; the format `scbbbb` takes a module
+                // string, a NUL-terminated string and four pointer-and-length
+                // buffers, live for the call.
+                unsafe {
+                    api!(RedisModule_EmitAOF)(
+                        aof,
+                        c"LEASE.APPLY".as_ptr(),
+                        c"scbbbb".as_ptr(),
+                        key,
+                        c"HOLD".as_ptr(),
+                        state.as_ptr(),
+                        state.len(),
+                        terms.as_ptr(),
+                        terms.len(),
+                        owner.as_ptr(),
+                        owner.len(),
+                        token.as_ptr(),
+                        token.len(),
+                    )
+                };
+            }
         },
     )
 }
@@ -289,6 +334,31 @@ unsafe extern "C" fn lease_digest(md: *mut raw::RedisModuleDigest, value: *mut c
                     );
                 }
             }
+            if let Some((mode, limit, holds)) = lease.persisted_holds() {
+                let terms = args::hold_terms(mode, limit);
+                // SAFETY: as above, for each buffer.
+                unsafe {
+                    api!(RedisModule_DigestAddStringBuffer)(md, terms.as_ptr().cast(), terms.len())
+                };
+                for Hold { token, grant } in &holds {
+                    let owner = grant.owner.as_deref().unwrap_or_default();
+                    // SAFETY: as above, for each buffer.
+                    unsafe {
+                        api!(RedisModule_DigestAddLongLong)(md, grant.fence as i64);
+                        api!(RedisModule_DigestAddLongLong)(md, grant.deadline_ms as i64);
+                        api!(RedisModule_DigestAddStringBuffer)(
+                            md,
+                            token.as_ptr().cast(),
+                            token.len(),
+                        );
+                        api!(RedisModule_DigestAddStringBuffer)(
+                            md,
+                            owner.as_ptr().cast(),
+                            owner.len(),
+                        );
+                    }
+                }
+            }
         },
     );
     // SAFETY: Redis passes a valid digest handle to digest.
@@ -306,9 +376,12 @@ unsafe extern "C" fn lease_free(value: *mut c_void) {
     rm::guard(
         "lease-key free",
         || (),
-        // SAFETY: `value` is a `Box<Lease>` this module stored under this
-        // type (`ModuleValue for Lease`), freed only here, once.
-        || drop(unsafe { Box::from_raw(value.cast::<Lease>()) }),
+        || {
+            // SAFETY: `value` is a `Box<Lease>` this module stored under
+            // this type (`ModuleValue for Lease`), freed only here, once.
+            let lease = unsafe { Box::from_raw(value.cast::<Lease>()) };
+            state::shared_holds_moved(lease.shared_holds(), 0);
+        },
     );
     state::drop_one(&STATS.lease_keys);
 }

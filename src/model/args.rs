@@ -5,6 +5,7 @@
 use std::ffi::CStr;
 
 use crate::model::error;
+use crate::model::holds::{valid_owner, Grant, Mode, Terms, MAX_LIMIT};
 use crate::model::lease::{Holder, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS};
 
 /// Parses a non-negative decimal integer as Redis does: no sign, no
@@ -47,6 +48,8 @@ pub struct Acquire<'a, T> {
     /// argument itself on rather than copy its bytes.
     pub token: Option<&'a T>,
     pub block_ms: Option<u64>,
+    /// Mode, limit and label (version 2 options).
+    pub terms: Terms<'a>,
 }
 
 /// Parses ttl and options; each option at most once, in any order, any case.
@@ -59,11 +62,40 @@ pub fn parse_acquire<'a, T>(
         ttl_ms: parse_ttl(ttl)?,
         token: None,
         block_ms: None,
+        terms: Terms::PLAIN,
     };
     let mut rest = options;
-    while let [option, value, tail @ ..] = rest {
+    let mut shared = false;
+    let mut owned = false;
+    while let [option, tail @ ..] = rest {
         let option = bytes(option);
-        if option.eq_ignore_ascii_case(b"TOKEN") && parsed.token.is_none() {
+        if option.eq_ignore_ascii_case(b"SHARED") && !shared {
+            shared = true;
+            parsed.terms.mode = Mode::Shared;
+            rest = tail;
+            if let [limit, value, after @ ..] = rest {
+                if bytes(limit).eq_ignore_ascii_case(b"LIMIT") {
+                    let n = parse_u64(bytes(value)).filter(|n| (1..=MAX_LIMIT).contains(n));
+                    parsed.terms.limit = Some(n.ok_or(error::LIMIT)? as u32);
+                    rest = after;
+                }
+            } else if let [limit] = rest {
+                if bytes(limit).eq_ignore_ascii_case(b"LIMIT") {
+                    return Err(error::LIMIT);
+                }
+            }
+            continue;
+        }
+        let [value, tail @ ..] = tail else {
+            return Err(error::ACQUIRE_SYNTAX);
+        };
+        if option.eq_ignore_ascii_case(b"OWNER") && !owned {
+            owned = true;
+            if !valid_owner(bytes(value)) {
+                return Err(error::OWNER);
+            }
+            parsed.terms.owner = Some(bytes(value));
+        } else if option.eq_ignore_ascii_case(b"TOKEN") && parsed.token.is_none() {
             check_token(bytes(value))?;
             parsed.token = Some(value);
         } else if option.eq_ignore_ascii_case(b"BLOCK") && parsed.block_ms.is_none() {
@@ -125,6 +157,59 @@ pub fn apply_state(fence: u64, deadline_ms: u64, buf: &mut [u8; STATE_LEN]) -> &
     buf[at] = b':';
     let at = decimal_before(fence, buf, at);
     &buf[at..]
+}
+
+/// `LEASE.APPLY ... HOLD`'s terms argument: `X` or `S`, `:`, the limit
+/// (0: none).
+pub fn hold_terms(mode: Mode, limit: Option<u32>) -> String {
+    let mode = match mode {
+        Mode::Exclusive => 'X',
+        Mode::Shared => 'S',
+    };
+    format!("{mode}:{}", limit.unwrap_or(0))
+}
+
+/// A hold's terms back from `hold_terms`.
+pub fn parse_hold_terms(b: &[u8]) -> Option<(Mode, Option<u32>)> {
+    let (mode, limit) = split_state(b)?;
+    let mode = match mode {
+        b"X" => Mode::Exclusive,
+        b"S" => Mode::Shared,
+        _ => return None,
+    };
+    let limit = parse_u64(limit).filter(|n| *n <= MAX_LIMIT)? as u32;
+    Some((mode, (limit > 0).then_some(limit)))
+}
+
+/// A hold as `LEASE.APPLY ... HOLD` carries it: token, grant, and the key's
+/// mode and limit.
+pub type HoldEffect = (Box<[u8]>, Grant, Mode, Option<u32>);
+
+/// `LEASE.APPLY key HOLD fence:deadline mode:limit owner token`, after
+/// `HOLD`: the hold and the key's terms, checked.
+pub fn parse_hold_args<'a, T>(
+    args: &'a [T],
+    bytes: impl Fn(&'a T) -> &'a [u8],
+) -> Result<HoldEffect, &'static CStr> {
+    let [state, terms, owner, token] = args else {
+        return Err(error::APPLY_ARGS);
+    };
+    let (fence, deadline) = split_state(bytes(state)).ok_or(error::APPLY_ARGS)?;
+    let (fence, Some(holder)) = parse_apply(fence, deadline, bytes(token))? else {
+        return Err(error::APPLY_ARGS);
+    };
+    let (mode, limit) = parse_hold_terms(bytes(terms)).ok_or(error::APPLY_ARGS)?;
+    let owner = match bytes(owner) {
+        b"" => None,
+        label if valid_owner(label) => Some(label.into()),
+        _ => return Err(error::APPLY_ARGS),
+    };
+    let grant = Grant {
+        fence,
+        deadline_ms: holder.deadline_ms,
+        owner,
+    };
+    Ok((holder.token, grant, mode, limit))
 }
 
 /// The fence and deadline of a `fence:deadline` state, unparsed.
@@ -228,6 +313,7 @@ mod tests {
                 ttl_ms: ttl,
                 token,
                 block_ms: block,
+                terms: Terms::PLAIN,
             })
         };
         assert_eq!(acquire("100", &[]), ok(100, None, None));
@@ -243,6 +329,92 @@ mod tests {
         assert_eq!(acquire("100", &["TOKEN", ""]), Err(error::TOKEN));
         assert_eq!(acquire("100", &["BLOCK", "-1"]), Err(error::BLOCK_TIMEOUT));
         assert_eq!(acquire("0", &[]), Err(error::TTL));
+    }
+
+    #[test]
+    fn version_2_options_table() {
+        let terms = |options: &'static [&'static str]| {
+            acquire("100", options).map(|a| {
+                (
+                    a.terms.mode,
+                    a.terms.limit,
+                    a.terms.owner.map(<[u8]>::to_vec),
+                )
+            })
+        };
+        let shared = Mode::Shared;
+        assert_eq!(terms(&["SHARED"]), Ok((shared, None, None)));
+        assert_eq!(
+            terms(&["shared", "limit", "3"]),
+            Ok((shared, Some(3), None))
+        );
+        assert_eq!(
+            terms(&["SHARED", "LIMIT", "1000000", "TOKEN", "t"]),
+            Ok((shared, Some(1_000_000), None))
+        );
+        assert_eq!(
+            terms(&["OWNER", "w-1", "SHARED", "BLOCK", "5"]),
+            Ok((shared, None, Some(b"w-1".to_vec())))
+        );
+        assert_eq!(
+            terms(&["OWNER", "w"]),
+            Ok((Mode::Exclusive, None, Some(b"w".to_vec())))
+        );
+        for (options, err) in [
+            (&["SHARED", "LIMIT", "0"][..], error::LIMIT),
+            (&["SHARED", "LIMIT", "1000001"][..], error::LIMIT),
+            (&["SHARED", "LIMIT", "x"][..], error::LIMIT),
+            (&["SHARED", "LIMIT"][..], error::LIMIT),
+            (&["LIMIT", "3"][..], error::ACQUIRE_SYNTAX),
+            (&["LIMIT", "3", "SHARED"][..], error::ACQUIRE_SYNTAX),
+            (&["SHARED", "SHARED"][..], error::ACQUIRE_SYNTAX),
+            (
+                &["SHARED", "TOKEN", "t", "LIMIT", "2"][..],
+                error::ACQUIRE_SYNTAX,
+            ),
+            (&["OWNER", ""][..], error::OWNER),
+            (&["OWNER", "a\nb"][..], error::OWNER),
+            (&["OWNER", "a", "OWNER", "b"][..], error::ACQUIRE_SYNTAX),
+            (&["OWNER"][..], error::ACQUIRE_SYNTAX),
+        ] {
+            let got = acquire("100", options).map(|_| ());
+            assert_eq!(got, Err(err), "{options:?}");
+        }
+        assert_eq!(
+            acquire("100", &["OWNER", "a\u{7}b"]).map(|_| ()),
+            Err(error::OWNER)
+        );
+    }
+
+    #[test]
+    fn hold_effects_round_trip() {
+        for (mode, limit) in [
+            (Mode::Exclusive, None),
+            (Mode::Shared, None),
+            (Mode::Shared, Some(7)),
+        ] {
+            let text = hold_terms(mode, limit);
+            assert_eq!(parse_hold_terms(text.as_bytes()), Some((mode, limit)));
+        }
+        let args: [&[u8]; 4] = [b"9:1000", b"S:3", b"host", b"tok"];
+        let (token, grant, mode, limit) = parse_hold_args(&args, |a| a).expect("valid");
+        assert_eq!(
+            (&*token, grant.fence, grant.deadline_ms),
+            (&b"tok"[..], 9, 1000)
+        );
+        assert_eq!(
+            (mode, limit, grant.owner.as_deref()),
+            (Mode::Shared, Some(3), Some(&b"host"[..]))
+        );
+        for bad in [
+            [&b"9:1000"[..], b"Q:3", b"", b"tok"],
+            [b"9:1000", b"S:1000001", b"", b"tok"],
+            [b"9:0", b"S:3", b"", b"tok"],
+            [b"9:1000", b"S:3", b"", b""],
+            [b"9:1000", b"S:3", b"a\nb", b"tok"],
+        ] {
+            assert!(parse_hold_args(&bad, |a| a).is_err());
+        }
     }
 
     fn apply(args: &[&[u8]]) -> Result<(u64, Option<Holder>), &'static CStr> {

@@ -31,6 +31,20 @@ pub fn max_waiters() -> usize {
         .clamp(MAX_WAITERS_MIN, MAX_WAITERS_MAX) as usize
 }
 
+/// Most live holds one key may have, shared or not, also under a larger
+/// `LIMIT`: a bound on the memory and the work one key can cost.
+pub const MAX_HOLDERS_DEFAULT: i64 = 10_000;
+pub const MAX_HOLDERS_MIN: i64 = 1;
+pub const MAX_HOLDERS_MAX: i64 = 1_000_000;
+
+pub static MAX_HOLDERS: AtomicI64 = AtomicI64::new(MAX_HOLDERS_DEFAULT);
+
+pub fn max_holders() -> usize {
+    MAX_HOLDERS
+        .load(Ordering::Relaxed)
+        .clamp(MAX_HOLDERS_MIN, MAX_HOLDERS_MAX) as usize
+}
+
 pub static REAP_BATCH: AtomicI64 = AtomicI64::new(REAP_BATCH_DEFAULT);
 pub static REAP_HZ: AtomicI64 = AtomicI64::new(REAP_HZ_DEFAULT);
 
@@ -73,6 +87,12 @@ const NUMERIC: &[Numeric] = &[
         min: MAX_WAITERS_MIN,
         max: MAX_WAITERS_MAX,
     },
+    Numeric {
+        name: "max-holders",
+        value: &MAX_HOLDERS,
+        min: MAX_HOLDERS_MIN,
+        max: MAX_HOLDERS_MAX,
+    },
 ];
 
 /// The one config whose value is a name.
@@ -80,7 +100,13 @@ pub const ALLKEYS_EVICTION: &str = "allkeys-eviction";
 pub const ALLKEYS_EVICTION_CHOICES: &[&str] = &["refuse", "restore", "allow"];
 
 /// The configs a `loadmodule` line may set, as `<name> <value>` pairs.
-pub const NAMES: &[&str] = &["reap-batch", "reap-hz", "max-waiters", ALLKEYS_EVICTION];
+pub const NAMES: &[&str] = &[
+    "reap-batch",
+    "reap-hz",
+    "max-waiters",
+    "max-holders",
+    ALLKEYS_EVICTION,
+];
 
 /// `inject-panic <names>`: accepted only by a `fault-injection` build.
 pub const INJECT_PANIC: &str = "inject-panic";

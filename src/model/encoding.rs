@@ -4,12 +4,21 @@
 //! checked; anything out of range refuses the load instead of building a
 //! lease the rest of the module would trust.
 
+use crate::model::holds::{valid_owner, Grant, Hold, Holds, Mode, MAX_LIMIT};
 use crate::model::lease::{
-    Holder, Lease, Resource, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS,
+    Holder, Lease, Resource, Token, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS,
 };
 
-/// The encoding version this build writes and reads.
-pub const ENCODING_VERSION: i32 = 1;
+/// The encoding version this build writes; it reads this and every older.
+pub const ENCODING_VERSION: i32 = 2;
+
+/// Version 2's marker after the version 1 fields: none follow.
+pub const COMPACT: u64 = 0;
+/// Version 2's marker: the key's holds follow.
+pub const EXTENDED: u64 = 1;
+
+/// The most holds one persisted key may carry.
+const MAX_HOLDS: u64 = MAX_LIMIT;
 
 /// A source of the primitive values module types persist.
 pub trait Reader {
@@ -18,40 +27,166 @@ pub trait Reader {
     fn buffer(&mut self) -> Option<Box<[u8]>>;
 }
 
+/// Where module types write the primitive values they persist.
+pub trait Writer {
+    fn unsigned(&mut self, value: u64);
+    fn buffer(&mut self, bytes: &[u8]);
+}
+
+/// A lease as it will be written, read out of it first: everything that
+/// can fail (allocation, a panic) happens while building this, none while
+/// writing it, so a save never leaves half a value.
+pub struct Encoded<'a> {
+    fence: u64,
+    deadline_ms: u64,
+    token: Token<'a>,
+    holds: Option<(Mode, Option<u32>, Vec<Hold>)>,
+}
+
+impl<'a> Encoded<'a> {
+    pub fn of(lease: &'a Lease) -> Self {
+        let (deadline_ms, token) = lease.persisted_holder();
+        Encoded {
+            fence: lease.fence(),
+            deadline_ms,
+            token,
+            holds: lease.persisted_holds(),
+        }
+    }
+
+    /// The lease free, with its fence: what is saved when reading it failed.
+    pub fn free(fence: u64) -> Self {
+        Encoded {
+            fence,
+            deadline_ms: 0,
+            token: Token::Stored(&[]),
+            holds: None,
+        }
+    }
+
+    /// Writes the current version's encoding (see `decode_lease`).
+    pub fn write(&self, w: &mut impl Writer) {
+        w.unsigned(self.fence);
+        w.unsigned(self.deadline_ms);
+        w.buffer(&self.token);
+        let Some((mode, limit, holds)) = &self.holds else {
+            w.unsigned(COMPACT);
+            return;
+        };
+        w.unsigned(EXTENDED);
+        w.unsigned(u64::from(*mode == Mode::Shared));
+        w.unsigned(u64::from(limit.unwrap_or(0)));
+        w.unsigned(holds.len() as u64);
+        for Hold { token, grant } in holds {
+            w.unsigned(grant.fence);
+            w.unsigned(grant.deadline_ms);
+            w.buffer(token);
+            w.buffer(grant.owner.as_deref().unwrap_or_default());
+        }
+    }
+}
+
 /// lease-key, version 1: `fence`, `deadline_ms` (0 when free), `token`
 /// (empty when free).
+///
+/// Version 2: the same three (free for an extended lease), then `COMPACT`,
+/// or `EXTENDED` and `mode` (0 exclusive, 1 shared), `limit` (0: none),
+/// `count`, and per hold, oldest grant first: `fence`, `deadline_ms`,
+/// `token`, `owner` (empty: none).
 ///
 /// `now_ms` bounds the deadline: no grant reaches past now + the longest
 /// ttl, so a later deadline is a crafted or corrupt value, as is a deadline
 /// without a token.
 pub fn decode_lease(r: &mut impl Reader, encver: i32, now_ms: u64) -> Result<Lease, &'static str> {
-    if encver != ENCODING_VERSION {
+    if !(1..=ENCODING_VERSION).contains(&encver) {
         return Err("a lease-key of an unknown encoding version");
     }
+    let lease = decode_compact(r, now_ms)?;
+    if encver == 1 {
+        return Ok(lease);
+    }
+    match r.unsigned().ok_or("a truncated lease-key")? {
+        COMPACT => Ok(lease),
+        EXTENDED if lease.deadline().is_none() => decode_holds(r, lease.fence(), now_ms),
+        _ => Err("a lease-key with an unknown form"),
+    }
+}
+
+fn decode_holds(r: &mut impl Reader, fence: u64, now_ms: u64) -> Result<Lease, &'static str> {
+    let truncated = "a truncated lease-key";
+    let mode = match r.unsigned().ok_or(truncated)? {
+        0 => Mode::Exclusive,
+        1 => Mode::Shared,
+        _ => return Err("a lease-key with an unknown mode"),
+    };
+    let limit = match r.unsigned().ok_or(truncated)? {
+        0 => None,
+        n if n <= MAX_LIMIT => Some(n as u32),
+        _ => return Err("a lease-key whose limit is out of range"),
+    };
+    let count = r.unsigned().ok_or(truncated)?;
+    if count > MAX_HOLDS || (mode == Mode::Exclusive && count > 1) {
+        return Err("a lease-key with more holds than its mode allows");
+    }
+    let mut holds = Holds::new(mode, limit);
+    for _ in 0..count {
+        let hold_fence = r.unsigned().ok_or(truncated)?;
+        let deadline_ms = r.unsigned().ok_or(truncated)?;
+        let token = r.buffer().ok_or(truncated)?;
+        let owner = r.buffer().ok_or(truncated)?;
+        if hold_fence > fence {
+            return Err("a lease-key with a hold above the key's fence");
+        }
+        check_holder(&token, deadline_ms, now_ms)?;
+        if token.is_empty() {
+            return Err("a lease-key with a hold without a token");
+        }
+        if !owner.is_empty() && !valid_owner(&owner) {
+            return Err("a lease-key with an invalid owner label");
+        }
+        if holds.get(&token).is_some() {
+            return Err("a lease-key with two holds of one token");
+        }
+        let grant = Grant {
+            fence: hold_fence,
+            deadline_ms,
+            owner: (!owner.is_empty()).then_some(owner),
+        };
+        holds.insert(&token, grant);
+    }
+    Ok(Lease::from_holds(holds, fence))
+}
+
+/// A holder's token and deadline, as version 1 checks them.
+fn check_holder(token: &[u8], deadline_ms: u64, now_ms: u64) -> Result<(), &'static str> {
+    if token.len() > MAX_TOKEN_LEN {
+        return Err("a lease-key whose token is longer than 256 bytes");
+    }
+    let latest = now_ms.saturating_add(MAX_TTL_MS).min(MAX_DEADLINE_MS);
+    match (token.is_empty(), deadline_ms) {
+        (true, 0) => Ok(()),
+        (true, _) => Err("a lease-key with a deadline but no token"),
+        (false, d) if d == 0 || d > latest => Err("a lease-key with an impossible deadline"),
+        (false, _) => Ok(()),
+    }
+}
+
+/// Version 1's fields.
+fn decode_compact(r: &mut impl Reader, now_ms: u64) -> Result<Lease, &'static str> {
     let fence = r.unsigned().ok_or("a truncated lease-key")?;
     let deadline_ms = r.unsigned().ok_or("a truncated lease-key")?;
     let token = r.buffer().ok_or("a truncated lease-key")?;
     if fence >= FENCE_LIMIT {
         return Err("a lease-key whose fence is not below 2^53");
     }
-    if token.len() > MAX_TOKEN_LEN {
-        return Err("a lease-key whose token is longer than 256 bytes");
-    }
-    let latest = now_ms.saturating_add(MAX_TTL_MS).min(MAX_DEADLINE_MS);
-    let holder = match (token.is_empty(), deadline_ms) {
-        (true, 0) => None,
-        (true, _) => return Err("a lease-key with a deadline but no token"),
-        (false, d) if d == 0 || d > latest => {
-            return Err("a lease-key with an impossible deadline")
-        }
-        (false, _) => Some(Holder { token, deadline_ms }),
-    };
+    check_holder(&token, deadline_ms, now_ms)?;
+    let holder = (!token.is_empty()).then_some(Holder { token, deadline_ms });
     Ok(Lease::from_parts(holder, fence))
 }
 
-/// fence-rec, version 1: `highest`.
+/// fence-rec, versions 1 and 2: `highest`.
 pub fn decode_resource(r: &mut impl Reader, encver: i32) -> Result<Resource, &'static str> {
-    if encver != ENCODING_VERSION {
+    if !(1..=ENCODING_VERSION).contains(&encver) {
         return Err("a fence-rec of an unknown encoding version");
     }
     match r.unsigned() {
@@ -61,9 +196,9 @@ pub fn decode_resource(r: &mut impl Reader, encver: i32) -> Result<Resource, &'s
     }
 }
 
-/// The fence sequence's aux field, version 1: `last`.
+/// The fence sequence's aux field, versions 1 and 2: `last`.
 pub fn decode_sequence(r: &mut impl Reader, encver: i32) -> Result<u64, &'static str> {
-    if encver != ENCODING_VERSION {
+    if !(1..=ENCODING_VERSION).contains(&encver) {
         return Err("a fence sequence of an unknown encoding version");
     }
     match r.unsigned() {
@@ -80,6 +215,7 @@ mod tests {
     /// Values queued in order; `None` plays a short read.
     struct Queue(Vec<Option<Value>>);
 
+    #[derive(Clone)]
     enum Value {
         U(u64),
         B(&'static [u8]),
@@ -130,6 +266,7 @@ mod tests {
     fn lease_refusals() {
         let long: &'static [u8] = &[b'x'; 257];
         let cases: Vec<(i32, Vec<Option<Value>>)> = vec![
+            (3, vec![Some(U(7)), Some(U(1000)), Some(B(b"tok"))]),
             (2, vec![Some(U(7)), Some(U(1000)), Some(B(b"tok"))]),
             (0, vec![Some(U(7)), Some(U(1000)), Some(B(b"tok"))]),
             (1, vec![Some(U(7))]),
@@ -157,6 +294,117 @@ mod tests {
         for (encver, values) in cases {
             assert!(decode_lease(&mut reader(values), encver, NOW).is_err());
         }
+    }
+
+    /// Values as a writer received them, read back in order.
+    #[derive(Default)]
+    struct Tape(Vec<Option<Value>>);
+
+    impl Writer for Tape {
+        fn unsigned(&mut self, value: u64) {
+            self.0.push(Some(U(value)));
+        }
+
+        fn buffer(&mut self, bytes: &[u8]) {
+            let leaked: &'static [u8] = Box::leak(bytes.into());
+            self.0.push(Some(B(leaked)));
+        }
+    }
+
+    fn round_trip(lease: &Lease) -> Lease {
+        let mut tape = Tape::default();
+        Encoded::of(lease).write(&mut tape);
+        decode_lease(&mut reader(tape.0), ENCODING_VERSION, NOW).expect("its own encoding")
+    }
+
+    #[test]
+    fn every_form_round_trips_through_version_2() {
+        use crate::model::holds::Terms;
+        use crate::model::lease::{Acquire, FenceSequence};
+        let mut fences = FenceSequence::new();
+        let mut compact = Lease::default();
+        assert!(matches!(
+            compact.acquire(b"tok", 5000, NOW, false, &mut fences),
+            Ok(Acquire::Granted { .. })
+        ));
+        let mut shared = Lease::default();
+        for (token, owner) in [
+            (&b"a"[..], Some(&b"host-a"[..])),
+            (b"b", None),
+            (b"c", Some(b"c")),
+        ] {
+            let terms = Terms {
+                mode: Mode::Shared,
+                limit: Some(5),
+                owner,
+            };
+            let got = shared.acquire_on(token, 5000, terms, NOW, false, false, 10, &mut fences);
+            assert!(matches!(got, Ok((Acquire::Granted { .. }, 0))));
+        }
+        let mut labelled = Lease::default();
+        let terms = Terms {
+            owner: Some(b"me"),
+            ..Terms::PLAIN
+        };
+        let got = labelled.acquire_on(b"x", 5000, terms, NOW, false, false, 10, &mut fences);
+        assert!(matches!(got, Ok((Acquire::Granted { .. }, 0))));
+        let free = Lease::from_parts(None, 77);
+        for lease in [compact, shared, labelled, free] {
+            let back = round_trip(&lease);
+            assert_eq!(back, lease);
+            assert_eq!(back.is_extended(), lease.is_extended());
+            assert_eq!(back.live_holds(NOW), lease.live_holds(NOW));
+        }
+    }
+
+    #[test]
+    fn version_2_refusals() {
+        // fence, deadline, token, EXTENDED, mode, limit, count, holds...
+        let hold = |fence: u64, token: &'static [u8]| {
+            vec![
+                Some(U(fence)),
+                Some(U(NOW + 10)),
+                Some(B(token)),
+                Some(B(b"")),
+            ]
+        };
+        let head = |mode: u64, limit: u64, count: u64| {
+            vec![
+                Some(U(9)),
+                Some(U(0)),
+                Some(B(b"")),
+                Some(U(EXTENDED)),
+                Some(U(mode)),
+                Some(U(limit)),
+                Some(U(count)),
+            ]
+        };
+        let valid = [head(1, 2, 2), hold(8, b"a"), hold(9, b"b")].concat();
+        assert!(decode_lease(&mut reader(valid), 2, NOW).is_ok());
+        let cases: Vec<Vec<Option<Value>>> = vec![
+            [head(2, 0, 1), hold(8, b"a")].concat(),
+            [head(1, MAX_LIMIT + 1, 1), hold(8, b"a")].concat(),
+            [head(0, 0, 2), hold(8, b"a"), hold(9, b"b")].concat(),
+            [head(1, 0, 1), hold(10, b"a")].concat(),
+            [head(1, 0, 2), hold(8, b"a"), hold(9, b"a")].concat(),
+            [head(1, 0, 1), hold(8, b"")].concat(),
+            [head(1, 0, 2), hold(8, b"a")].concat(),
+            vec![Some(U(9)), Some(U(NOW)), Some(B(b"t")), Some(U(EXTENDED))],
+            vec![Some(U(9)), Some(U(0)), Some(B(b"")), Some(U(7))],
+            vec![Some(U(9)), Some(U(0)), Some(B(b""))],
+        ];
+        for (i, values) in cases.into_iter().enumerate() {
+            assert!(
+                decode_lease(&mut reader(values), 2, NOW).is_err(),
+                "case {i}"
+            );
+        }
+        assert!(decode_lease(
+            &mut reader(vec![Some(U(7)), Some(U(0)), Some(B(b""))]),
+            3,
+            NOW
+        )
+        .is_err());
     }
 
     #[test]

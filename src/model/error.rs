@@ -6,13 +6,19 @@
 
 use std::ffi::CStr;
 
+use crate::model::holds::Refused;
+
 pub const WRONGTYPE: &CStr = c"WRONGTYPE Operation against a key holding the wrong kind of value";
 pub const TTL: &CStr = c"ERR ttl must be an integer from 1 to 1099511627776 (milliseconds)";
 pub const TOKEN: &CStr = c"ERR token must be 1 to 256 bytes";
 pub const BLOCK_TIMEOUT: &CStr =
     c"ERR BLOCK timeout must be an integer from 0 to 1099511627776 (milliseconds)";
 pub const ACQUIRE_SYNTAX: &CStr =
-    c"ERR syntax error: LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout]";
+    c"ERR syntax error: LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout] [SHARED [LIMIT n]] [OWNER label]";
+pub const LIMIT: &CStr = c"ERR LIMIT must be an integer from 1 to 1000000";
+pub const OWNER: &CStr = c"ERR OWNER must be 1 to 128 bytes without control characters";
+pub const OTHER_MODE: &CStr = c"ERR this token holds the lease in the other mode";
+pub const TOO_MANY_HOLDERS: &CStr = c"ERR too many holders for this key (see lease.max-holders)";
 pub const FENCE: &CStr = c"ERR fence must be an integer from 0 to 9007199254740991";
 pub const FENCE_EXHAUSTED: &CStr =
     c"ERR fence sequence exhausted: fences must stay below 2^53 (is the clock past year 2248?)";
@@ -35,6 +41,30 @@ pub const BLOCK_UNSUPPORTED: &CStr =
 /// `STALE fencing token <fence> is older than <highest>`
 pub fn stale(fence: u64, highest: u64) -> String {
     format!("STALE fencing token {fence} is older than {highest}")
+}
+
+/// An error reply: fixed, or formatted with the values it names.
+pub enum Message {
+    Fixed(&'static CStr),
+    Formatted(String),
+}
+
+/// The error for an acquire refused (not busy): nothing changed.
+pub fn refused(refused: Refused) -> Message {
+    match refused {
+        Refused::OtherMode => Message::Fixed(OTHER_MODE),
+        Refused::LimitMismatch(limit) => Message::Formatted(limit_mismatch(limit)),
+        Refused::TooManyHolders => Message::Fixed(TOO_MANY_HOLDERS),
+        Refused::FenceExhausted => Message::Fixed(FENCE_EXHAUSTED),
+    }
+}
+
+/// `ERR LIMIT does not match this lease's limit <m|none>`
+pub fn limit_mismatch(limit: Option<u32>) -> String {
+    match limit {
+        Some(n) => format!("ERR LIMIT does not match this lease's limit {n}"),
+        None => "ERR LIMIT does not match this lease's limit none".to_owned(),
+    }
 }
 
 /// The inner command of LEASE.FENCE is of a kind it may not run.

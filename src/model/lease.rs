@@ -7,6 +7,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::model::holds::{Grant, Hold, Holds, Mode, Refused, Terms};
+
 /// Longest lease a caller may ask for, in milliseconds (about 34 years).
 pub const MAX_TTL_MS: u64 = 1 << 40;
 /// Longest token a caller may choose, in bytes.
@@ -154,6 +156,8 @@ const RAW: u64 = 0;
 const HEX: u64 = 1;
 /// A lowercase UUID with dashes, kept as its 16 bytes.
 const UUID: u64 = 2;
+/// Not a token: the value points to its `Holds` (shared or labelled holds).
+const EXTENDED: u64 = 3;
 
 /// Each byte's value as a lowercase hex digit; 0xff for any other byte.
 const HEX_VALUE: [u8; 256] = {
@@ -238,6 +242,7 @@ const NO_MARK: u64 = (1 << (64 - DEADLINE_BITS)) - 1;
 union TokenBytes {
     inline: [u8; INLINE_TOKEN],
     heap: std::mem::ManuallyDrop<Box<[u8]>>,
+    extended: std::mem::ManuallyDrop<Box<Holds>>,
 }
 
 /// The value of a lease key: the last fence issued for the key, the holder
@@ -274,8 +279,31 @@ pub enum Acquire {
 /// What a caller may see of a lease: never the token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
-    Held { ttl_ms: u64 },
+    /// `ttl_ms`: until no hold is left.
+    Held {
+        ttl_ms: u64,
+    },
     Free,
+}
+
+/// `LEASE.INFO`'s fields beyond state and ttl.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct View<'a> {
+    /// `None` when free.
+    pub mode: Option<Mode>,
+    pub holders: usize,
+    pub limit: Option<u32>,
+    /// The exclusive holder's label.
+    pub owner: Option<&'a [u8]>,
+}
+
+/// One live hold as `LEASE.HOLDERS` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveHold<'a> {
+    pub fence: u64,
+    pub deadline_ms: u64,
+    pub mode: Mode,
+    pub owner: Option<&'a [u8]>,
 }
 
 impl Default for Lease {
@@ -292,25 +320,35 @@ impl Default for Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if self.token_on_heap() {
-            // SAFETY: the kind and length say the buffer variant is the one
-            // written (`set_holder` writes them together), and this drop is
-            // its last use.
-            unsafe { std::mem::ManuallyDrop::drop(&mut self.token.heap) };
-        }
+        self.drop_storage();
     }
 }
 
-/// A copy is a new value: same holder and fence, not yet in the index.
+/// A copy is a new value: same holds and fence, not yet in the index.
 impl Clone for Lease {
     fn clone(&self) -> Self {
-        Self::from_holder(self.holder(), self.fence())
+        match self.extended() {
+            Some(holds) => {
+                let mut copy = Self::from_holds(holds.clone(), self.fence());
+                copy.set_deadline(self.deadline_ms());
+                copy
+            }
+            None => Self::from_holder(self.holder(), self.fence()),
+        }
     }
 }
 
 impl PartialEq for Lease {
     fn eq(&self, other: &Self) -> bool {
-        self.fence() == other.fence() && self.holder() == other.holder()
+        self.fence() == other.fence()
+            && self.holder() == other.holder()
+            && match (self.extended(), other.extended()) {
+                (None, None) => true,
+                (Some(a), Some(b)) => {
+                    a.mode() == b.mode() && a.limit() == b.limit() && a.by_grant() == b.by_grant()
+                }
+                _ => false,
+            }
     }
 }
 
@@ -346,6 +384,79 @@ impl Lease {
         lease
     }
 
+    /// A lease with holds beyond the compact form, and its last fence.
+    pub fn from_holds(holds: Holds, fence: u64) -> Self {
+        let mut lease = Self::default();
+        lease.set_fence(fence);
+        let earliest = holds.earliest().unwrap_or(0);
+        lease.token = TokenBytes {
+            extended: std::mem::ManuallyDrop::new(Box::new(holds)),
+        };
+        lease.fence_len = lease.fence() | EXTENDED << KIND_SHIFT;
+        lease.set_deadline(earliest);
+        lease
+    }
+
+    /// Frees what the token storage owns; the kind and length are left for
+    /// the caller to overwrite.
+    fn drop_storage(&mut self) {
+        if self.token_on_heap() {
+            // SAFETY: the kind and length say the buffer variant is the one
+            // written (`set_holder` writes them together), and nothing reads
+            // it after this: the caller overwrites or drops the storage.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.token.heap) };
+        } else if self.token_kind() == EXTENDED {
+            // SAFETY: the kind says the holds variant is the one written
+            // (`from_holds`, `extend`), and nothing reads it after this.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.token.extended) };
+        }
+        self.fence_len = self.fence();
+        self.token = TokenBytes {
+            inline: [0; INLINE_TOKEN],
+        };
+    }
+
+    /// The holds, if this lease has left the compact form.
+    pub fn extended(&self) -> Option<&Holds> {
+        // SAFETY: the kind says the holds variant is the one written.
+        (self.token_kind() == EXTENDED).then(|| unsafe { &**self.token.extended })
+    }
+
+    fn extended_mut(&mut self) -> Option<&mut Holds> {
+        // SAFETY: the kind says the holds variant is the one written.
+        (self.token_kind() == EXTENDED).then(|| unsafe { &mut **self.token.extended })
+    }
+
+    pub fn is_extended(&self) -> bool {
+        self.token_kind() == EXTENDED
+    }
+
+    /// Moves a compact lease to the extended form: its holder, live or
+    /// expired, becomes an exclusive hold with the key's fence.
+    fn extend(&mut self) {
+        if self.is_extended() {
+            return;
+        }
+        let mut holds = Holds::default();
+        if let Some(h) = self.holder() {
+            let grant = Grant {
+                fence: self.fence(),
+                deadline_ms: h.deadline_ms,
+                owner: None,
+            };
+            holds.insert(&h.token, grant);
+        }
+        let mark = self.index_mark();
+        let deadline = self.deadline_ms();
+        self.drop_storage();
+        self.token = TokenBytes {
+            extended: std::mem::ManuallyDrop::new(Box::new(holds)),
+        };
+        self.fence_len = self.fence() | EXTENDED << KIND_SHIFT;
+        self.deadline_mark = deadline;
+        self.set_index_mark(mark);
+    }
+
     fn token_len(&self) -> usize {
         ((self.fence_len >> FENCE_BITS) & ((1 << LEN_BITS) - 1)) as usize
     }
@@ -368,6 +479,7 @@ impl Lease {
                 RAW if self.token_on_heap() => Token::Stored(&self.token.heap),
                 // ok: a raw token not on the heap is at most INLINE_TOKEN long.
                 RAW => Token::Stored(&self.token.inline[..self.token_len()]),
+                EXTENDED => Token::Stored(&[]),
                 kind => expand(kind, &self.token.inline),
             }
         }
@@ -397,11 +509,7 @@ impl Lease {
         } else {
             (&token[..token.len().min(MAX_TOKEN_LEN)], deadline_ms)
         };
-        if self.token_on_heap() {
-            // SAFETY: the kind and length say the buffer variant is the one
-            // written, and it is overwritten below without being read again.
-            unsafe { std::mem::ManuallyDrop::drop(&mut self.token.heap) };
-        }
+        self.drop_storage();
         let kind = match compact(token) {
             Some((kind, inline)) => {
                 self.token = TokenBytes { inline };
@@ -431,9 +539,23 @@ impl Lease {
         Some(self.deadline_ms()).filter(|&d| d != 0)
     }
 
-    /// Whether a holder is live at `now_ms`.
+    /// Whether any hold is live at `now_ms`.
     pub fn is_live(&self, now_ms: u64) -> bool {
-        now_ms < self.deadline_ms()
+        match self.extended() {
+            None => now_ms < self.deadline_ms(),
+            Some(holds) => holds.live(now_ms, self.deadline_ms()) > 0,
+        }
+    }
+
+    /// Whether a hold's deadline has passed without its being removed:
+    /// what the reaper is for.
+    pub fn has_expired_hold(&self, now_ms: u64) -> bool {
+        let deadline = self.deadline_ms();
+        deadline != 0
+            && now_ms >= deadline
+            && self
+                .extended()
+                .map_or(true, |h| h.iter().any(|(_, g)| !g.is_live(now_ms)))
     }
 
     /// Whether the live holder is `token`, at `now_ms`.
@@ -462,10 +584,11 @@ impl Lease {
         }
     }
 
-    /// The stored holder, live or expired (for persistence).
+    /// The stored holder of a compact lease, live or expired (for
+    /// persistence); `None` when free or extended.
     pub fn holder(&self) -> Option<HolderRef<'_>> {
         let deadline_ms = self.deadline_ms();
-        (deadline_ms != 0).then(|| HolderRef {
+        (deadline_ms != 0 && !self.is_extended()).then(|| HolderRef {
             token: self.token(),
             deadline_ms,
         })
@@ -476,9 +599,12 @@ impl Lease {
     }
 
     /// The holder as persisted and replicated: `(deadline_ms, token)`,
-    /// `(0, "")` when free.
+    /// `(0, "")` when free or extended (whose holds are persisted apart).
     pub fn persisted_holder(&self) -> (u64, Token<'_>) {
-        (self.deadline_ms(), self.token())
+        match self.is_extended() {
+            false => (self.deadline_ms(), self.token()),
+            true => (0, Token::Stored(&[])),
+        }
     }
 
     /// Where the deadline index holds this key, if known: set by whoever
@@ -502,12 +628,250 @@ impl Lease {
     }
 
     pub fn state(&self, now_ms: u64) -> State {
-        if self.is_live(now_ms) {
-            State::Held {
-                ttl_ms: self.deadline_ms() - now_ms,
+        let last = match self.extended() {
+            None => Some(self.deadline_ms()).filter(|&d| now_ms < d),
+            Some(holds) => holds.latest_live(now_ms),
+        };
+        match last {
+            Some(deadline) => State::Held {
+                ttl_ms: deadline - now_ms,
+            },
+            None => State::Free,
+        }
+    }
+
+    /// What `LEASE.INFO` shows beyond state and ttl.
+    pub fn view(&self, now_ms: u64) -> View<'_> {
+        match self.extended() {
+            None => {
+                let live = self.is_live(now_ms);
+                View {
+                    mode: live.then_some(Mode::Exclusive),
+                    holders: usize::from(live),
+                    limit: None,
+                    owner: None,
+                }
             }
+            Some(holds) => {
+                let holders = holds.live(now_ms, self.deadline_ms());
+                let owner = match holds.mode() {
+                    Mode::Exclusive if holders > 0 => holds
+                        .iter()
+                        .find(|(_, g)| g.is_live(now_ms))
+                        .and_then(|(_, g)| g.owner.as_deref()),
+                    _ => None,
+                };
+                View {
+                    mode: (holders > 0).then_some(holds.mode()),
+                    holders,
+                    limit: holds.limit(),
+                    owner,
+                }
+            }
+        }
+    }
+
+    /// The live holds, oldest grant first: `(fence, deadline, mode, owner)`.
+    pub fn live_holds(&self, now_ms: u64) -> Vec<LiveHold<'_>> {
+        match self.extended() {
+            None => self
+                .holder()
+                .filter(|h| now_ms < h.deadline_ms)
+                .map(|h| LiveHold {
+                    fence: self.fence(),
+                    deadline_ms: h.deadline_ms,
+                    mode: Mode::Exclusive,
+                    owner: None,
+                })
+                .into_iter()
+                .collect(),
+            Some(holds) => holds
+                .by_grant()
+                .into_iter()
+                .filter(|(_, g)| g.is_live(now_ms))
+                .map(|(_, g)| LiveHold {
+                    fence: g.fence,
+                    deadline_ms: g.deadline_ms,
+                    mode: holds.mode(),
+                    owner: g.owner.as_deref(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Stored shared holds, live or not (the `lease_shared_holds` gauge).
+    pub fn shared_holds(&self) -> usize {
+        self.extended()
+            .filter(|h| h.mode() == Mode::Shared)
+            .map_or(0, Holds::len)
+    }
+
+    /// The earliest deadline of any hold after `deadline` moved to a new one.
+    fn lower_earliest(&mut self, deadline_ms: u64) {
+        let earliest = self.deadline_ms();
+        if earliest == 0 || deadline_ms < earliest {
+            self.set_deadline(deadline_ms);
+        }
+    }
+
+    /// Grants a hold on the terms asked (mode, limit, owner), or repeats the
+    /// grant to a token that holds it. `waiting` says clients wait for this
+    /// key; `queue_ahead` that one of them is ahead of this caller, who then
+    /// gets `Busy` for a hold the queue is owed. Returns the outcome and how
+    /// many expired holds the grant replaced.
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire_on(
+        &mut self,
+        token: &[u8],
+        ttl_ms: u64,
+        terms: Terms,
+        now_ms: u64,
+        waiting: bool,
+        queue_ahead: bool,
+        max_holders: usize,
+        fences: &mut FenceSequence,
+    ) -> Result<(Acquire, usize), Refused> {
+        let deadline_ms = now_ms.saturating_add(ttl_ms);
+        if !self.is_extended() && terms.is_plain() {
+            // A grant over a holder is a grant over an expired one.
+            let had_holder = self.deadline().is_some();
+            return self
+                .acquire(token, ttl_ms, now_ms, queue_ahead, fences)
+                .map(|a| {
+                    let replaced = had_holder && matches!(a, Acquire::Granted { .. });
+                    (a, usize::from(replaced))
+                })
+                .map_err(|_| Refused::FenceExhausted);
+        }
+        // What the key is, read alike from either form: decided before any
+        // change, so a refusal or a busy key is left exactly as it was.
+        let (mode, limit, live, own) = match self.extended() {
+            None => {
+                let live = self.is_live(now_ms);
+                let own = (live && self.holds(token)).then_some(self.fence());
+                (Mode::Exclusive, None, usize::from(live), own)
+            }
+            Some(holds) => {
+                let own = holds.get(token).filter(|g| g.is_live(now_ms));
+                let live = holds.live(now_ms, self.deadline_ms());
+                (holds.mode(), holds.limit(), live, own.map(|g| g.fence))
+            }
+        };
+        if let Some(fence) = own {
+            if mode != terms.mode {
+                return Err(Refused::OtherMode);
+            }
+            if limit != terms.limit {
+                return Err(Refused::LimitMismatch(limit));
+            }
+            self.extend();
+            if let Some(holds) = self.extended_mut() {
+                if let Some(mut grant) = holds.get(token).cloned() {
+                    grant.deadline_ms = deadline_ms;
+                    if let Some(owner) = terms.owner {
+                        grant.owner = Some(owner.into());
+                    }
+                    holds.insert(token, grant);
+                }
+            }
+            self.lower_earliest(deadline_ms);
+            return Ok((Acquire::Retried { fence }, 0));
+        }
+        if (live > 0 || waiting) && limit != terms.limit {
+            return Err(Refused::LimitMismatch(limit));
+        }
+        let room = terms.limit.map_or(usize::MAX, |n| n as usize);
+        let busy = queue_ahead
+            || (live > 0 && (mode == Mode::Exclusive || terms.mode == Mode::Exclusive))
+            || live >= room;
+        if busy {
+            return Ok((Acquire::Busy, 0));
+        }
+        if live >= max_holders {
+            return Err(Refused::TooManyHolders);
+        }
+        let fence = fences
+            .next(self.fence(), now_ms)
+            .map_err(|_| Refused::FenceExhausted)?;
+        self.extend();
+        // ok: `extend` just made the holds.
+        let Some(holds) = self.extended_mut() else {
+            return Ok((Acquire::Busy, 0));
+        };
+        if terms.is_plain() {
+            // Nothing beyond what version 1 keeps: back to the compact form.
+            let replaced = holds.len();
+            self.set_fence(fence);
+            self.set_holder(token, deadline_ms);
+            return Ok((Acquire::Granted { fence }, replaced));
+        }
+        let replaced = match terms.mode {
+            Mode::Exclusive => {
+                let all = holds.len();
+                holds.clear();
+                all
+            }
+            Mode::Shared => usize::from(holds.get(token).is_some()),
+        };
+        holds.set_terms(terms.mode, terms.limit);
+        let grant = Grant {
+            fence,
+            deadline_ms,
+            owner: terms.owner.map(Into::into),
+        };
+        holds.insert(token, grant);
+        self.set_fence(fence);
+        if terms.mode == Mode::Exclusive {
+            self.set_deadline(deadline_ms);
         } else {
-            State::Free
+            self.lower_earliest(deadline_ms);
+        }
+        Ok((Acquire::Granted { fence }, replaced))
+    }
+
+    /// Removes every expired hold of an extended lease; returns their
+    /// tokens. The earliest deadline is then exact again.
+    pub fn prune(&mut self, now_ms: u64) -> Vec<Box<[u8]>> {
+        let Some(holds) = self.extended_mut() else {
+            return Vec::new();
+        };
+        let expired = holds.prune(now_ms);
+        let earliest = holds.earliest().unwrap_or(0);
+        self.set_deadline(earliest);
+        expired
+    }
+
+    /// A master's effect: `token`'s hold is `grant`, on the key's terms
+    /// `mode` and `limit` (an exclusive hold is the only one).
+    pub fn apply_hold(&mut self, token: &[u8], grant: Grant, mode: Mode, limit: Option<u32>) {
+        self.extend();
+        let fence = self.fence().max(grant.fence);
+        let deadline_ms = grant.deadline_ms;
+        if let Some(holds) = self.extended_mut() {
+            if mode == Mode::Exclusive {
+                holds.clear();
+            }
+            holds.set_terms(mode, limit);
+            holds.insert(token, grant);
+        }
+        self.set_fence(fence);
+        if mode == Mode::Exclusive {
+            self.set_deadline(deadline_ms);
+        } else {
+            self.lower_earliest(deadline_ms);
+        }
+    }
+
+    /// A master's effect: these holds are gone (released or expired).
+    pub fn apply_drop<'a>(&mut self, tokens: impl IntoIterator<Item = &'a [u8]>) {
+        let Some(holds) = self.extended_mut() else {
+            return;
+        };
+        for token in tokens {
+            holds.remove(token);
+        }
+        if holds.is_empty() {
+            self.set_deadline(0);
         }
     }
 
@@ -541,9 +905,25 @@ impl Lease {
         Ok(Acquire::Granted { fence })
     }
 
-    /// Moves the deadline of a live lease held by `token` to `now + ttl`.
-    /// Never revives an expired lease.
+    /// Moves the deadline of a live hold of `token` to `now + ttl`.
+    /// Never revives an expired one.
     pub fn renew(&mut self, token: &[u8], ttl_ms: u64, now_ms: u64) -> bool {
+        if let Some(holds) = self.extended_mut() {
+            let deadline_ms = now_ms.saturating_add(ttl_ms);
+            let renewed = match holds.get(token) {
+                Some(g) if g.is_live(now_ms) => {
+                    let mut grant = g.clone();
+                    grant.deadline_ms = deadline_ms;
+                    holds.insert(token, grant);
+                    true
+                }
+                _ => false,
+            };
+            if renewed {
+                self.lower_earliest(deadline_ms);
+            }
+            return renewed;
+        }
         let held = self.held_by(token, now_ms);
         if held {
             self.set_deadline(now_ms.saturating_add(ttl_ms));
@@ -551,13 +931,38 @@ impl Lease {
         held
     }
 
-    /// Ends a live lease held by `token`.
+    /// Ends the live hold of `token`; other holds stay.
     pub fn release(&mut self, token: &[u8], now_ms: u64) -> bool {
+        if let Some(holds) = self.extended_mut() {
+            let held = holds.get(token).is_some_and(|g| g.is_live(now_ms));
+            if held {
+                holds.remove(token);
+                if holds.is_empty() {
+                    self.set_deadline(0);
+                }
+            }
+            return held;
+        }
         let held = self.held_by(token, now_ms);
         if held {
             self.set_holder(&[], 0);
         }
         held
+    }
+
+    /// Every hold, for persistence: `None` for a compact lease (whose
+    /// holder is `persisted_holder`).
+    pub fn persisted_holds(&self) -> Option<(Mode, Option<u32>, Vec<Hold>)> {
+        let holds = self.extended()?;
+        let list = holds
+            .by_grant()
+            .into_iter()
+            .map(|(t, g)| Hold {
+                token: t.into(),
+                grant: g.clone(),
+            })
+            .collect();
+        Some((holds.mode(), holds.limit(), list))
     }
 
     /// Overwrites the state with values decided elsewhere (a master's effect,
@@ -574,6 +979,8 @@ impl Lease {
     pub fn heap_size(&self) -> usize {
         if self.token_on_heap() {
             self.token_len()
+        } else if let Some(holds) = self.extended() {
+            std::mem::size_of::<Holds>() + holds.heap_size()
         } else {
             0
         }
@@ -1169,5 +1576,322 @@ mod tests {
         let mut lease = Lease::default();
         granted(lease.acquire(b"a", MAX_TTL_MS, T0, false, &mut seq));
         assert_eq!(lease.state(T0), State::Held { ttl_ms: MAX_TTL_MS });
+    }
+
+    // ---- Shared and labelled holds ----
+
+    const SHARED: Terms<'static> = Terms {
+        mode: Mode::Shared,
+        limit: None,
+        owner: None,
+    };
+
+    fn shared(limit: u32) -> Terms<'static> {
+        Terms {
+            limit: Some(limit),
+            ..SHARED
+        }
+    }
+
+    fn on(
+        lease: &mut Lease,
+        token: &[u8],
+        terms: Terms,
+        now: u64,
+        fences: &mut FenceSequence,
+    ) -> Result<Acquire, Refused> {
+        lease
+            .acquire_on(token, 1000, terms, now, false, false, 10_000, fences)
+            .map(|(a, _)| a)
+    }
+
+    /// The key's state before the call, by the calls that make it.
+    fn key_with(holds: &[(&[u8], Terms<'static>)], fences: &mut FenceSequence) -> Lease {
+        let mut lease = Lease::default();
+        for (token, terms) in holds {
+            assert!(matches!(
+                on(&mut lease, token, *terms, T0, fences),
+                Ok(Acquire::Granted { .. })
+            ));
+        }
+        lease
+    }
+
+    #[test]
+    fn mode_by_state_table() {
+        use Acquire::{Busy, Granted, Retried};
+        type Case = (
+            &'static str,
+            Vec<(&'static [u8], Terms<'static>)>,
+            &'static [u8],
+            Terms<'static>,
+            fn(&Result<Acquire, Refused>) -> bool,
+        );
+        let cases: Vec<Case> = vec![
+            ("shared on free", vec![], b"a", SHARED, |r| {
+                matches!(r, Ok(Granted { .. }))
+            }),
+            (
+                "shared beside shared",
+                vec![(b"a", SHARED)],
+                b"b",
+                SHARED,
+                |r| matches!(r, Ok(Granted { .. })),
+            ),
+            (
+                "exclusive beside shared",
+                vec![(b"a", SHARED)],
+                b"b",
+                Terms::PLAIN,
+                |r| matches!(r, Ok(Busy)),
+            ),
+            (
+                "shared beside exclusive",
+                vec![(b"a", Terms::PLAIN)],
+                b"b",
+                SHARED,
+                |r| matches!(r, Ok(Busy)),
+            ),
+            (
+                "limit full",
+                vec![(b"a", shared(2)), (b"b", shared(2))],
+                b"c",
+                shared(2),
+                |r| matches!(r, Ok(Busy)),
+            ),
+            (
+                "limit room",
+                vec![(b"a", shared(2))],
+                b"c",
+                shared(2),
+                |r| matches!(r, Ok(Granted { .. })),
+            ),
+            ("retry shared", vec![(b"a", SHARED)], b"a", SHARED, |r| {
+                matches!(r, Ok(Retried { .. }))
+            }),
+            (
+                "other mode, shared holder",
+                vec![(b"a", SHARED)],
+                b"a",
+                Terms::PLAIN,
+                |r| *r == Err(Refused::OtherMode),
+            ),
+            (
+                "other mode, exclusive holder",
+                vec![(b"a", Terms::PLAIN)],
+                b"a",
+                SHARED,
+                |r| *r == Err(Refused::OtherMode),
+            ),
+            (
+                "another limit",
+                vec![(b"a", shared(2))],
+                b"b",
+                shared(3),
+                |r| *r == Err(Refused::LimitMismatch(Some(2))),
+            ),
+            (
+                "no limit where one is",
+                vec![(b"a", shared(2))],
+                b"b",
+                SHARED,
+                |r| *r == Err(Refused::LimitMismatch(Some(2))),
+            ),
+            (
+                "exclusive where a limit is",
+                vec![(b"a", shared(2))],
+                b"b",
+                Terms::PLAIN,
+                |r| *r == Err(Refused::LimitMismatch(Some(2))),
+            ),
+            (
+                "a limit where none is",
+                vec![(b"a", SHARED)],
+                b"b",
+                shared(2),
+                |r| *r == Err(Refused::LimitMismatch(None)),
+            ),
+            (
+                "a limit on an exclusive key",
+                vec![(b"a", Terms::PLAIN)],
+                b"b",
+                shared(2),
+                |r| *r == Err(Refused::LimitMismatch(None)),
+            ),
+        ];
+        for (name, before, token, terms, expect) in cases {
+            let mut fences = FenceSequence::new();
+            let mut lease = key_with(&before, &mut fences);
+            let snapshot = lease.clone();
+            let got = on(&mut lease, token, terms, T0 + 1, &mut fences);
+            assert!(expect(&got), "{name}: {got:?}");
+            if !matches!(got, Ok(Granted { .. }) | Ok(Retried { .. })) {
+                assert_eq!(lease, snapshot, "{name}: a refusal changes nothing");
+            }
+        }
+    }
+
+    #[test]
+    fn every_hold_has_its_own_rising_fence_and_deadline() {
+        let mut fences = FenceSequence::new();
+        let mut lease = Lease::default();
+        let mut seen = Vec::new();
+        for (i, token) in [&b"a"[..], b"b", b"c"].into_iter().enumerate() {
+            let now = T0 + i as u64;
+            let fence = match on(&mut lease, token, SHARED, now, &mut fences) {
+                Ok(Acquire::Granted { fence }) => fence,
+                other => panic!("{other:?}"),
+            };
+            seen.push(fence);
+        }
+        assert!(seen.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(lease.fence(), seen[2]);
+        let holds = lease.live_holds(T0 + 10);
+        assert_eq!(holds.iter().map(|h| h.fence).collect::<Vec<_>>(), seen);
+        assert_eq!(holds[1].deadline_ms, T0 + 1 + 1000);
+        // The retry keeps its fence and moves only its own deadline.
+        assert_eq!(
+            on(&mut lease, b"a", SHARED, T0 + 500, &mut fences),
+            Ok(Acquire::Retried { fence: seen[0] })
+        );
+        let holds = lease.live_holds(T0 + 10);
+        assert_eq!(holds[0].deadline_ms, T0 + 1500);
+        assert_eq!(holds[1].deadline_ms, T0 + 1001);
+        assert_eq!(lease.state(T0 + 10), State::Held { ttl_ms: 1490 });
+    }
+
+    #[test]
+    fn renew_and_release_act_on_one_hold() {
+        let mut fences = FenceSequence::new();
+        let mut lease = key_with(&[(b"a", SHARED), (b"b", SHARED)], &mut fences);
+        assert!(lease.renew(b"a", 5000, T0 + 100));
+        assert!(!lease.renew(b"zz", 5000, T0 + 100));
+        assert!(lease.release(b"b", T0 + 100));
+        assert!(!lease.release(b"b", T0 + 100));
+        assert_eq!(lease.view(T0 + 100).holders, 1);
+        // b is gone; a lives to T0 + 5100.
+        assert!(!lease.renew(b"b", 10, T0 + 200));
+        assert!(lease.is_live(T0 + 5099));
+        assert!(!lease.is_live(T0 + 5100));
+        assert!(!lease.renew(b"a", 10, T0 + 5100), "never revives");
+        assert!(lease.release(b"a", T0 + 5099));
+        assert_eq!(lease.deadline(), None);
+    }
+
+    #[test]
+    fn expired_holds_free_their_place_and_the_reaper_takes_them() {
+        let mut fences = FenceSequence::new();
+        let mut lease = key_with(&[(b"a", shared(2))], &mut fences);
+        assert!(lease.renew(b"a", 10, T0));
+        assert!(matches!(
+            on(&mut lease, b"b", shared(2), T0 + 1, &mut fences),
+            Ok(Acquire::Granted { .. })
+        ));
+        assert_eq!(lease.view(T0 + 5).holders, 2);
+        assert_eq!(lease.deadline(), Some(T0 + 10), "the earliest deadline");
+        assert!(lease.has_expired_hold(T0 + 10));
+        assert_eq!(lease.view(T0 + 10).holders, 1);
+        // The expired hold makes room at once, before any reaping.
+        assert!(matches!(
+            on(&mut lease, b"c", shared(2), T0 + 10, &mut fences),
+            Ok(Acquire::Granted { .. })
+        ));
+        assert_eq!(lease.prune(T0 + 10), vec![Box::from(&b"a"[..])]);
+        assert_eq!(lease.deadline(), Some(T0 + 1001));
+        assert!(!lease.has_expired_hold(T0 + 10));
+        // Once no hold is live the key forgets its limit and mode.
+        assert!(matches!(
+            on(&mut lease, b"d", shared(9), T0 + 3000, &mut fences),
+            Ok(Acquire::Granted { .. })
+        ));
+        assert_eq!(lease.view(T0 + 3000).limit, Some(9));
+    }
+
+    #[test]
+    fn queue_and_caps() {
+        let mut fences = FenceSequence::new();
+        let mut lease = key_with(&[(b"a", SHARED)], &mut fences);
+        let snapshot = lease.clone();
+        // A waiter ahead: no new hold, shared or not; a retry still renews.
+        let ahead = |lease: &mut Lease, token: &[u8], fences: &mut FenceSequence| {
+            lease
+                .acquire_on(token, 1000, SHARED, T0 + 1, true, true, 10_000, fences)
+                .map(|(a, _)| a)
+        };
+        assert_eq!(ahead(&mut lease, b"b", &mut fences), Ok(Acquire::Busy));
+        assert_eq!(lease, snapshot);
+        assert!(matches!(
+            ahead(&mut lease, b"a", &mut fences),
+            Ok(Acquire::Retried { .. })
+        ));
+        let capped = lease.acquire_on(b"c", 1000, SHARED, T0 + 1, false, false, 1, &mut fences);
+        assert_eq!(capped, Err(Refused::TooManyHolders));
+        // The limit is kept while clients wait, even with no hold left.
+        let mut lease = key_with(&[(b"a", shared(2))], &mut fences);
+        assert!(lease.release(b"a", T0 + 1));
+        let waiting = lease.acquire_on(b"w", 1000, SHARED, T0 + 2, true, false, 10, &mut fences);
+        assert_eq!(waiting, Err(Refused::LimitMismatch(Some(2))));
+        let waiting = lease.acquire_on(b"w", 1000, shared(2), T0 + 2, true, false, 10, &mut fences);
+        assert!(matches!(waiting, Ok((Acquire::Granted { .. }, 0))));
+    }
+
+    #[test]
+    fn an_exclusive_grant_replaces_expired_holds_and_goes_back_to_compact() {
+        let mut fences = FenceSequence::new();
+        let mut lease = key_with(&[(b"a", SHARED), (b"b", SHARED)], &mut fences);
+        let after = T0 + 1000;
+        let got = lease.acquire_on(b"x", 50, Terms::PLAIN, after, false, false, 10, &mut fences);
+        assert!(matches!(got, Ok((Acquire::Granted { .. }, 2))));
+        assert!(!lease.is_extended());
+        assert_eq!(lease.shared_holds(), 0);
+        let owned = Terms {
+            owner: Some(b"host-1"),
+            ..Terms::PLAIN
+        };
+        let got = lease.acquire_on(b"y", 50, owned, after + 50, false, false, 10, &mut fences);
+        assert!(matches!(got, Ok((Acquire::Granted { .. }, 1))));
+        assert!(lease.is_extended());
+        assert_eq!(lease.view(after + 50).owner, Some(&b"host-1"[..]));
+        assert_eq!(lease.view(after + 50).mode, Some(Mode::Exclusive));
+    }
+
+    #[test]
+    fn a_replica_applies_holds_to_the_same_state() {
+        let mut fences = FenceSequence::new();
+        let master = key_with(&[(b"a", shared(3)), (b"b", shared(3))], &mut fences);
+        let mut replica = Lease::default();
+        let (mode, limit, holds) = master.persisted_holds().expect("extended");
+        for hold in holds {
+            replica.apply_hold(&hold.token, hold.grant, mode, limit);
+        }
+        assert_eq!(replica, master);
+        let mut master = master;
+        assert!(master.release(b"a", T0 + 1));
+        replica.apply_drop([&b"a"[..]]);
+        assert_eq!(replica, master);
+        // An exclusive hold is the only one.
+        let grant = Grant {
+            fence: master.fence() + 1,
+            deadline_ms: T0 + 99,
+            owner: None,
+        };
+        replica.apply_hold(b"x", grant, Mode::Exclusive, None);
+        assert_eq!(replica.live_holds(T0).len(), 1);
+        assert_eq!(replica.fence(), master.fence() + 1);
+        // The version 1 form puts the compact lease back.
+        replica.apply(None, 7);
+        assert!(!replica.is_extended());
+    }
+
+    #[test]
+    fn an_exclusive_lease_stays_32_bytes_and_a_copy_is_deep() {
+        assert_eq!(std::mem::size_of::<Lease>(), 32);
+        let mut fences = FenceSequence::new();
+        let lease = key_with(&[(b"a", SHARED), (b"b", SHARED)], &mut fences);
+        let copy = lease.clone();
+        drop(lease);
+        assert_eq!(copy.live_holds(T0).len(), 2);
+        assert_eq!(copy.shared_holds(), 2);
+        assert!(copy.heap_size() > 0);
     }
 }

@@ -7,5 +7,6 @@ pub mod args;
 pub mod config;
 pub mod encoding;
 pub mod error;
+pub mod holds;
 pub mod index;
 pub mod lease;

@@ -476,6 +476,13 @@ pub fn reply_error_string(ctx: Ctx, err: &str) -> c_int {
     unsafe { api!(RedisModule_ReplyWithError)(ctx, buf.as_ptr().cast::<c_char>()) }
 }
 
+pub fn reply_message(ctx: Ctx, message: crate::model::error::Message) -> c_int {
+    match message {
+        crate::model::error::Message::Fixed(e) => reply_error(ctx, e),
+        crate::model::error::Message::Formatted(e) => reply_error_string(ctx, &e),
+    }
+}
+
 pub fn reply_null(ctx: Ctx) -> c_int {
     // SAFETY: `ctx` is a command's context.
     unsafe { api!(RedisModule_ReplyWithNull)(ctx) }

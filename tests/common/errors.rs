@@ -6,7 +6,7 @@ pub const TOKEN_ERR: &str = "ERR token must be 1 to 256 bytes";
 pub const BLOCK_ERR: &str =
     "ERR BLOCK timeout must be an integer from 0 to 1099511627776 (milliseconds)";
 pub const SYNTAX_ERR: &str =
-    "ERR syntax error: LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout]";
+    "ERR syntax error: LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout] [SHARED [LIMIT n]] [OWNER label]";
 pub const FENCE_ERR: &str = "ERR fence must be an integer from 0 to 9007199254740991";
 pub const NESTED_ERR: &str = "ERR LEASE.FENCE cannot run LEASE commands";
 pub const UNKNOWN_INNER_ERR: &str = "ERR LEASE.FENCE: unknown inner command";

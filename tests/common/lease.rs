@@ -17,13 +17,35 @@ pub struct Info {
     pub ttl: i64,
     pub fence: u64,
     pub waiters: i64,
+    /// `exclusive`, `shared`, or `None` when free.
+    pub mode: Option<String>,
+    pub holders: i64,
+    pub limit: Option<i64>,
+    pub owner: Option<String>,
+    pub session: Option<String>,
+    pub bound: i64,
     /// Every field name, in reply order.
     pub fields: Vec<String>,
 }
 
+/// `LEASE.INFO`'s fields, in the order the contract gives them.
+pub const INFO_FIELDS: [&str; 10] = [
+    "state", "ttl", "fence", "waiters", "mode", "holders", "limit", "owner", "session", "bound",
+];
+
+fn optional_text(v: Value, what: &str, name: &str) -> Option<String> {
+    match v {
+        Value::Nil => None,
+        Value::BulkString(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+        other => panic!("{what}: `{name}` is neither nil nor a string: {other:?}"),
+    }
+}
+
 /// Parses a `LEASE.INFO` reply: nil, a RESP2 flat array or a RESP3 map of exactly
-/// `state` (a bulk string), `ttl`, `fence` and `waiters` (integers). Anything else
-/// panics, naming `what`.
+/// `INFO_FIELDS` in that order: `state` (a bulk string), `ttl`, `fence` and `waiters`
+/// (integers), `mode` (a bulk string or nil), `holders` (an integer), `limit` (an
+/// integer or nil), `owner` and `session` (a bulk string or nil), `bound` (an
+/// integer). Anything else panics, naming `what`.
 pub fn parse_info(reply: Value, what: &str) -> Option<Info> {
     let pairs: Vec<(Value, Value)> = match reply {
         Value::Nil => return None,
@@ -40,6 +62,8 @@ pub fn parse_info(reply: Value, what: &str) -> Option<Info> {
         other => panic!("{what}: expected nil, a map or a flat array, got {other:?}"),
     };
     let (mut state, mut ttl, mut fence, mut waiters) = (None, None, None, None);
+    let (mut mode, mut holders, mut limit, mut owner, mut session, mut bound) =
+        (None, None, None, None, None, None);
     let mut fields = Vec::new();
     for (k, v) in pairs {
         let name = match k {
@@ -53,16 +77,30 @@ pub fn parse_info(reply: Value, what: &str) -> Option<Info> {
             ("ttl", Value::Int(n)) => ttl = Some(n),
             ("fence", Value::Int(n)) if n >= 0 => fence = Some(n as u64),
             ("waiters", Value::Int(n)) => waiters = Some(n),
+            ("mode", v) => mode = Some(optional_text(v, what, "mode")),
+            ("holders", Value::Int(n)) if n >= 0 => holders = Some(n),
+            ("limit", Value::Int(n)) if n > 0 => limit = Some(Some(n)),
+            ("limit", Value::Nil) => limit = Some(None),
+            ("owner", v) => owner = Some(optional_text(v, what, "owner")),
+            ("session", v) => session = Some(optional_text(v, what, "session")),
+            ("bound", Value::Int(n)) if n >= 0 => bound = Some(n),
             (name, v) => panic!("{what}: unexpected field {name} = {v:?}"),
         }
         fields.push(name);
     }
+    assert_eq!(fields, INFO_FIELDS, "{what}: the fields and their order");
     let missing = |field: &str| -> ! { panic!("{what}: no `{field}` in {fields:?}") };
     Some(Info {
         state: state.unwrap_or_else(|| missing("state")),
         ttl: ttl.unwrap_or_else(|| missing("ttl")),
         fence: fence.unwrap_or_else(|| missing("fence")),
         waiters: waiters.unwrap_or_else(|| missing("waiters")),
+        mode: mode.unwrap_or_else(|| missing("mode")),
+        holders: holders.unwrap_or_else(|| missing("holders")),
+        limit: limit.unwrap_or_else(|| missing("limit")),
+        owner: owner.unwrap_or_else(|| missing("owner")),
+        session: session.unwrap_or_else(|| missing("session")),
+        bound: bound.unwrap_or_else(|| missing("bound")),
         fields,
     })
 }

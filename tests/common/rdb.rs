@@ -158,19 +158,24 @@ impl Body {
         self
     }
 
-    /// A lease-key value (encoding 1) as the module saves it.
+    /// A compact lease-key value (encoding 2) as the module saves it.
     pub fn lease(fence: u64, deadline: u64, token: &[u8]) -> Body {
-        Body::new("lease-key", 1).lease_fields(fence, deadline, token)
+        Body::new("lease-key", 2).lease_fields(fence, deadline, token)
     }
 
-    /// A fence-rec value (encoding 1) as the module saves it.
+    /// A fence-rec value (encoding 2, the same as 1) as the module saves it.
     pub fn record(highest: u64) -> Body {
-        Body::new("fence-rec", 1).unsigned(highest).eof()
+        Body::new("fence-rec", 2).unsigned(highest).eof()
     }
 
-    /// After the module id: fence, deadline, token, EOF.
+    /// After the module id: fence, deadline, token, (encoding 2: the compact marker,)
+    /// EOF.
     pub fn lease_fields(self, fence: u64, deadline: u64, token: &[u8]) -> Body {
-        self.raw(&encode_lease(fence, deadline, token)).eof()
+        let encver = self.module_id() & 1023;
+        let body = self.raw(&encode_lease(fence, deadline, token));
+        // Encoding 2 marks a compact lease (version 1's fields and nothing more).
+        let body = if encver >= 2 { body.unsigned(0) } else { body };
+        body.eof()
     }
 
     /// The first `len` bytes.
