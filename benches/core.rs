@@ -18,6 +18,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
 use index::DeadlineIndex;
 use lease::{Acquire, FenceSequence, Lease};
+use model::holds::Unbound;
 
 const T0: u64 = 1_700_000_000_000;
 const TOKEN: &[u8; 32] = b"0123456789abcdef0123456789abcdef";
@@ -56,7 +57,7 @@ fn bench_lease(c: &mut Criterion) {
         let mut now = T0;
         b.iter(|| {
             now += 1;
-            black_box(lease.renew(black_box(TOKEN), 30_000, now))
+            black_box(lease.renew_hold(black_box(TOKEN), 30_000, now, &mut Unbound))
         })
     });
     g.bench_function("release", |b| {
@@ -67,7 +68,7 @@ fn bench_lease(c: &mut Criterion) {
                 let _ = lease.acquire(TOKEN, 30_000, T0, false, &mut fences);
                 lease
             },
-            |lease| black_box(lease.release(black_box(TOKEN), T0 + 1)),
+            |lease| black_box(lease.release(black_box(TOKEN), T0 + 1, &mut Unbound)),
             BatchSize::SmallInput,
         )
     });

@@ -236,7 +236,7 @@ for_each_server!(command_docs_follow_the_contract, |flavor| {
     for (name, want) in [
         (
             "lease.acquire",
-            "key:key ttl:integer [TOKEN token:string] [BLOCK timeout:integer] [SHARED [LIMIT limit:integer]] [OWNER owner:string]",
+            "key:key ttl:integer [TOKEN token:string] [BLOCK timeout:integer] [SHARED [LIMIT limit:integer]] [SESSION session-key:key session-token:string] [OWNER owner:string] [DELAY delay:integer]",
         ),
         ("lease.renew", "key:key token:string ttl:integer"),
         ("lease.release", "key:key token:string"),

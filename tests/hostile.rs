@@ -180,7 +180,7 @@ fn crafted_payloads(live: u64) -> Vec<(String, Body)> {
         Body::new("fence-rec", 1).unsigned(5),
     ));
     // Encoding versions the module does not know.
-    for v in [0, 3, 1023] {
+    for v in [0, 4, 1023] {
         cases.push((
             format!("a lease-key of encoding version {v}"),
             Body::new("lease-key", v)
@@ -529,7 +529,7 @@ for_each_server!(
             original[original.len() - 8..],
             "the RDB's CRC64 as this test computes it"
         );
-        let lease_id = module_id("lease-key", 2);
+        let lease_id = module_id("lease-key", 3);
         let aux = aux_value_range(&original, lease_id);
         let mut bad_aux = vec![2];
         push_len(&mut bad_aux, FENCE_LIMIT);

@@ -933,8 +933,8 @@ for_each_server!(
             for key in ["lease:src", "res:src"] {
                 let d = dump(&mut con, key);
                 let id = d.module_id();
-                assert_eq!(id & 1023, 2, "{key} is saved with encoding version 2");
-                for version in [0u64, 3, 1023] {
+                assert_eq!(id & 1023, 3, "{key} is saved with encoding version 3");
+                for version in [0u64, 4, 1023] {
                     let changed = d.with_module_id((id & !1023) | version);
                     let what = format!(
                         "{key} as encoding version {version} (sanitize-dump-payload {sanitize})"

@@ -15,6 +15,7 @@ use redis_module::raw;
 
 use crate::keyspace::effects;
 use crate::keyspace::removals::{any_removed, forget_removed, take_removed, Floor};
+use crate::keyspace::sessions;
 use crate::keyspace::state;
 use crate::keyspace::unlinked;
 use crate::model::lease::{Lease, Resource};
@@ -167,6 +168,7 @@ unsafe extern "C" fn on_flush(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, dat
             // live for the call, of the version subscribed (1).
             if let Some(info) = unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() } {
                 state::index().flush(info.dbnum);
+                sessions::forget((info.dbnum >= 0).then_some(info.dbnum));
                 forget_removed();
                 if info.dbnum < 0 {
                     state::forget_names();
@@ -200,6 +202,7 @@ unsafe extern "C" fn on_swapdb(ctx: Ctx, _e: raw::RedisModuleEvent, _sub: u64, d
             // live for the call, of the version subscribed (1).
             if let Some(info) = unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() } {
                 state::index().swap_db(info.dbnum_first, info.dbnum_second);
+                state::bound().swap(info.dbnum_first, info.dbnum_second);
                 // Waiters stay with their database number, whose keys
                 // changed under them.
                 wake_all(ctx, info.dbnum_first);
@@ -362,6 +365,7 @@ fn arrived(ctx: Ctx, name: RString) {
             state::fences().observe(lease.fence(), now);
             // A new name: whatever the lease's mark says is about the old one.
             lease.set_index_mark(None);
+            sessions::bind_all(db, key_bytes, lease);
             if lease.deadline().is_some() {
                 state::index_lease(db, key_bytes, lease);
             } else if state::is_primary() {

@@ -37,6 +37,7 @@ use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
 use crate::keyspace::unlinked::{self, Saved, Unlinked};
 use crate::model::error;
+use crate::model::holds::Unbound;
 use crate::model::lease::{Lease, Resource};
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
@@ -207,7 +208,10 @@ unsafe extern "C" fn on_key_event(
                 return;
             };
             let saved = match key.value::<Lease>() {
-                Slot::Ours(lease) if lease.is_live(rm::now_ms()) => {
+                // Bound holds count as live: no other key is read from a
+                // key event, and a copy whose session ended is free when
+                // put back.
+                Slot::Ours(lease) if lease.is_live(rm::now_ms(), &mut Unbound) => {
                     Some(Saved::Lease(lease.clone()))
                 }
                 Slot::WrongType => match key.value::<Resource>() {

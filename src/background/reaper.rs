@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use redis_module::raw;
 
 use crate::keyspace::effects;
+use crate::keyspace::sessions::{self, Lookup};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types::{self};
 use crate::model::config;
@@ -24,6 +25,8 @@ const SCAN_BUDGET: usize = 2_000;
 struct Rescan {
     db: i32,
     cursor: *mut raw::RedisModuleScanCursor,
+    /// A full rebuild: the session index is rebuilt with the deadlines.
+    rebind: bool,
 }
 
 // SAFETY: the cursor is only created, used and destroyed on the server's
@@ -71,12 +74,17 @@ fn schedule(ctx: Ctx, after_ms: i64) {
 /// Rebuilds the deadline index from the keyspace, a little each tick.
 pub fn rescan() {
     state::index().clear();
-    scan_keyspace();
+    sessions::forget(None);
+    start_scan(true);
 }
 
 /// Indexes every lease in the keyspace, a little each tick, beside the
 /// entries the index has (keys that arrived by atomic slot migration).
 pub fn scan_keyspace() {
+    start_scan(false);
+}
+
+fn start_scan(rebind: bool) {
     let mut rescan = RESCAN.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(old) = rescan.take() {
         // SAFETY: `old.cursor` was created by ScanCursorCreate and is
@@ -85,7 +93,11 @@ pub fn scan_keyspace() {
     }
     // SAFETY: takes no argument; the cursor is the new Rescan's.
     let cursor = unsafe { api!(RedisModule_ScanCursorCreate)() };
-    *rescan = Some(Rescan { db: 0, cursor });
+    *rescan = Some(Rescan {
+        db: 0,
+        cursor,
+        rebind,
+    });
 }
 
 /// # Safety
@@ -105,9 +117,10 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
         let batch = config::reap_batch();
         let started = std::time::Instant::now();
         let reaped = reap(ctx, now, batch);
+        let settled = reap_ended(ctx, now, batch);
         let scanning = scan_step(ctx);
         report_tick(started.elapsed());
-        if reaped == batch || scanning {
+        if reaped == batch || settled == batch || scanning {
             return 1;
         }
         // Wake for the next deadline, so waiters get an expired lease on time.
@@ -179,29 +192,16 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
         // Deleted, renamed or replaced since it was indexed.
         return false;
     };
-    if lease.is_live(now) && lease.has_expired_hold(now) {
-        // Some holds of an extended lease expired, others live: only the
-        // expired go, and the key stays.
-        drop(key);
-        let Some(mut key) = Key::open_write(ctx, name) else {
-            return false;
-        };
-        let Slot::Ours(lease) = key.value::<Lease>() else {
-            return false;
-        };
-        expire_holds(ctx, name, lease, now);
-        reindex(entry, lease);
-        drop(key);
-        if state::waiters().len(db, key_bytes) > 0 {
-            effects::signal(ctx, name);
-        }
-        return false;
-    }
-    if lease.is_live(now) {
+    let mut lookup = Lookup::new(ctx, now);
+    if lease.is_live(now, &mut lookup) && !lease.has_expired_hold(now) {
         // Renewed since it was indexed, or an older entry of a key that has
         // another: the lease needs one entry, at its deadline.
         reindex(entry, lease);
         return false;
+    }
+    if lease.is_extended() {
+        drop(key);
+        return settle_key(ctx, db, key_bytes, name, now);
     }
     if state::waiters().len(db, key_bytes) > 0 {
         // Expired with a queue: the head waiter takes it now. The key keeps
@@ -212,10 +212,7 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
         state::index().insert(recheck, db, key_bytes);
         return false;
     }
-    let expired = match lease.extended() {
-        Some(holds) => holds.len() as u64,
-        None => u64::from(lease.deadline().is_some()),
-    };
+    let expired = lease.deadline().is_some();
     // Its entry was just taken: the unlink has none to remove.
     lease.set_index_mark(None);
     drop(key);
@@ -224,11 +221,111 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
     };
     types::delete(&mut key);
     drop(key);
-    if expired > 0 {
+    if expired {
         rm::notify(ctx, c"lease.expire", name);
-        state::add(&STATS.expired, expired);
+        state::bump(&STATS.expired);
     }
     true
+}
+
+/// Carries out what time and ended sessions did to an extended lease: the
+/// holds that are not live go (replicated, announced, counted, unbound),
+/// a lock-delay they start is kept, waiters are offered what is free, and
+/// a key left with no hold, no delay and no waiter is deleted (returns
+/// true; the caller replicates the `DEL`).
+fn settle_key(ctx: Ctx, db: i32, key_bytes: &[u8], name: RString, now: u64) -> bool {
+    let Some(mut key) = Key::open_write(ctx, name) else {
+        return false;
+    };
+    let Slot::Ours(lease) = key.value::<Lease>() else {
+        return false;
+    };
+    let mut lookup = Lookup::new(ctx, now);
+    let own_session = sessions::session_grant(lease);
+    let shared_before = lease.shared_holds();
+    let delayed_before = lease.extended().map_or(0, |h| h.delayed_until());
+    let gone = lease.prune(now, &mut lookup);
+    state::shared_holds_moved(shared_before, lease.shared_holds());
+    if !gone.is_empty() {
+        effects::replicate_drop_each(ctx, name, gone.iter().map(|(h, _)| &*h.token));
+        rm::notify(ctx, c"lease.expire", name);
+        state::add(&STATS.expired, gone.len() as u64);
+        let by_session = gone
+            .iter()
+            .filter(|(h, at)| h.grant.session().is_some() && *at < h.grant.deadline_ms)
+            .count();
+        sessions::count_session_expiries(by_session);
+        sessions::unbind(db, key_bytes, gone.iter().map(|(h, _)| h));
+        if let Some((fence, _)) = own_session {
+            if let Some((_, at)) = gone.iter().find(|(h, _)| h.grant.fence == fence) {
+                sessions::ended(ctx, db, key_bytes, fence, *at);
+            }
+        }
+    }
+    let delayed_until = lease.extended().map_or(0, |h| h.delayed_until());
+    if delayed_until > delayed_before {
+        state::bump(&STATS.delays);
+        effects::replicate_delay(ctx, name, delayed_until);
+    }
+    let waiting = state::waiters().len(db, key_bytes) > 0;
+    let has_holds = lease.extended().is_some_and(|h| !h.is_empty());
+    if has_holds || delayed_until > now || waiting {
+        lease.set_index_mark(None);
+        lease.refresh_earliest();
+        state::index_lease(db, key_bytes, lease);
+        drop(key);
+        if waiting && !has_holds && delayed_until <= now {
+            // Free with a queue: the head takes it; looked at again after.
+            let recheck = now.saturating_add(config::reap_interval_ms() as u64);
+            state::index().insert(recheck, db, key_bytes);
+        }
+        if waiting {
+            effects::signal(ctx, name);
+        }
+        return false;
+    }
+    lease.set_index_mark(None);
+    types::delete(&mut key);
+    true
+}
+
+/// Reaps, up to `budget` keys, the bound holds of sessions that ended;
+/// returns how many keys it looked at.
+fn reap_ended(ctx: Ctx, now: u64, budget: usize) -> usize {
+    let mut taken = 0;
+    while taken < budget {
+        let next = {
+            let mut index = state::bound();
+            let Some(ended) = index.next_ended() else {
+                break;
+            };
+            let announce = !ended.announced;
+            ended.announced = true;
+            let keys = ended.next_keys(budget - taken);
+            if keys.is_empty() {
+                index.finish_ended();
+                continue;
+            }
+            (ended.db, ended.session.clone(), announce, keys)
+        };
+        let (db, session, announce, keys) = next;
+        if !rm::select_db(ctx, db) {
+            taken += keys.len();
+            continue;
+        }
+        if announce {
+            let name = OwnedString::new(ctx, &session);
+            rm::notify(ctx, c"lease.session-end", name.as_ptr());
+        }
+        for key in keys {
+            taken += 1;
+            let name = OwnedString::new(ctx, &key);
+            if settle_key(ctx, db, &key, name.as_ptr(), now) {
+                rm::replicate_del(ctx, &[name.as_ptr()]);
+            }
+        }
+    }
+    taken
 }
 
 /// Gives a live lease the one index entry it needs, at its (earliest)
@@ -240,26 +337,14 @@ fn reindex(entry: &Due, lease: &mut Lease) {
         .is_some_and(|at| at != entry.deadline_ms() && state::index().contains(at, db, key_bytes));
     if !entry_elsewhere {
         lease.set_index_mark(None);
+        lease.refresh_earliest();
         state::index_lease(db, key_bytes, lease);
     }
 }
 
-/// Removes the expired holds of an extended lease that has live ones, and
-/// carries that out: replicated, announced, counted.
-fn expire_holds(ctx: Ctx, name: RString, lease: &mut Lease, now: u64) {
-    let shared_before = lease.shared_holds();
-    let gone = lease.prune(now);
-    state::shared_holds_moved(shared_before, lease.shared_holds());
-    if gone.is_empty() {
-        return;
-    }
-    effects::replicate_drop(ctx, name, &gone);
-    rm::notify(ctx, c"lease.expire", name);
-    state::add(&STATS.expired, gone.len() as u64);
-}
-
 struct ScanState {
     db: i32,
+    rebind: bool,
     visited: usize,
     /// Lease keys and records found with a Redis TTL (an RDB or AOF written
     /// before TTLs were removed): they lose it once the scan step is done.
@@ -274,6 +359,7 @@ fn scan_step(ctx: Ctx) -> bool {
     };
     let mut state = ScanState {
         db: rescan.db,
+        rebind: rescan.rebind,
         visited: 0,
         with_ttl: Vec::new(),
     };
@@ -367,6 +453,9 @@ unsafe fn index_scanned(name: RString, key: *mut raw::RedisModuleKey, privdata: 
             state::index().insert(due, state.db, rm::bytes(&name));
             lease.set_index_mark(Some(due));
             state::fences().observe(lease.fence(), rm::now_ms());
+            if state.rebind {
+                sessions::bind_all(state.db, rm::bytes(&name), lease);
+            }
             true
         }
         Slot::WrongType => matches!(key.value::<crate::model::lease::Resource>(), Slot::Ours(_)),

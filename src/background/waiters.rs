@@ -13,16 +13,20 @@ use std::os::raw::{c_int, c_void};
 use redis_module::raw;
 
 use crate::keyspace::effects::{self, Wire};
+use crate::keyspace::sessions::{self, Lookup};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types::{self};
 use crate::model::config;
 use crate::model::error;
-use crate::model::holds::{Mode, Refused, Terms};
+use crate::model::holds::{Binding, Mode, Refused, Terms};
 use crate::model::lease::{Acquire, Lease};
-use crate::rm::{self, api, Ctx, Key, RString, Slot};
+use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
 const OK: c_int = raw::REDISMODULE_OK as c_int;
 const ERR: c_int = raw::REDISMODULE_ERR as c_int;
+
+/// A waiter's `SESSION` key and token.
+type SessionArgs = (Box<[u8]>, Box<[u8]>);
 
 struct Waiter {
     id: u64,
@@ -33,14 +37,23 @@ struct Waiter {
     mode: Mode,
     limit: Option<u32>,
     owner: Option<Box<[u8]>>,
+    delay_ms: u64,
+    /// `SESSION key token`, checked again at the waiter's turn.
+    session: Option<SessionArgs>,
 }
 
 impl Waiter {
-    fn terms(&self) -> Terms<'_> {
+    fn terms(&self, session_fence: Option<u64>) -> Terms<'_> {
         Terms {
             mode: self.mode,
             limit: self.limit,
             owner: self.owner.as_deref(),
+            session: self
+                .session
+                .as_ref()
+                .zip(session_fence)
+                .map(|((key, _), fence)| (&**key, fence)),
+            delay_ms: self.delay_ms,
         }
     }
 }
@@ -63,6 +76,7 @@ pub fn block(
     token: &[u8],
     ttl_ms: u64,
     terms: Terms,
+    session: Option<(&[u8], &[u8])>,
     timeout_ms: u64,
 ) -> c_int {
     if !may_block(ctx) {
@@ -86,6 +100,8 @@ pub fn block(
         mode: terms.mode,
         limit: terms.limit,
         owner: terms.owner.map(Into::into),
+        delay_ms: terms.delay_ms,
+        session: session.map(|(k, t)| (k.into(), t.into())),
     });
     let privdata = Box::into_raw(waiter).cast::<c_void>();
     let mut keys = [key];
@@ -173,6 +189,21 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 return ERR;
             };
             let now = rm::now_ms();
+            // The session is checked at the turn: one that ended since the
+            // waiter queued is answered with the error, never granted.
+            let session_fence = match &waiter.session {
+                None => None,
+                Some((session, token)) => {
+                    let name = OwnedString::new(ctx, session);
+                    match sessions::resolve(ctx, key_name, name.as_ptr(), token, now) {
+                        Ok(fence) => Some(fence),
+                        Err(message) => {
+                            rm::reply_message(ctx, message);
+                            return OK;
+                        }
+                    }
+                }
+            };
             let mut fresh = Lease::default();
             let (lease, stored) = match key.value::<Lease>() {
                 Slot::WrongType => {
@@ -186,25 +217,37 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 Slot::Ours(lease) => (lease, true),
             };
             let shared_before = lease.shared_holds();
+            let ending = sessions::session_grant(lease);
+            let terms = waiter.terms(session_fence);
             let outcome = lease.acquire_on(
                 &waiter.token,
                 waiter.ttl_ms,
-                waiter.terms(),
+                terms,
                 now,
                 true,
                 false,
                 config::max_holders(),
                 &mut state::fences(),
+                &mut Lookup::new(ctx, now),
             );
             let fence = match outcome {
                 Ok((Acquire::Granted { fence }, replaced)) => {
-                    if replaced > 0 {
-                        effects::expired_before_reaping(ctx, key_name, replaced);
+                    sessions::replaced(ctx, key_name, &replaced, ending);
+                    if replaced.count > 0 {
+                        effects::expired_before_reaping(ctx, key_name, replaced.count);
+                    }
+                    if let Some((session, session_fence)) = terms.session {
+                        let binding = Binding {
+                            key: session.into(),
+                            fence: session_fence,
+                        };
+                        sessions::bind(waiter.db, &waiter.key, &binding);
                     }
                     fence
                 }
                 Ok((Acquire::Retried { fence }, _)) => fence,
-                // The limit or max-holders reached: wait for a hold to end.
+                // The limit or max-holders reached, or a lock-delay: wait
+                // for it to end.
                 Ok((Acquire::Busy, _)) | Err(Refused::TooManyHolders) => return ERR,
                 Err(refused) => {
                     rm::reply_message(ctx, error::refused(refused));

@@ -6,16 +6,30 @@ use std::os::raw::c_int;
 
 use crate::keyspace::effects;
 use crate::keyspace::effects::{expired_before_reaping, granted, Wire};
+use crate::keyspace::sessions::{self, Lookup};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
 use crate::model::args;
 use crate::model::config;
 use crate::model::error;
-use crate::model::holds::Refused;
-use crate::model::lease::{Acquire, Lease};
+use crate::model::holds::{Binding, Refused, Terms};
+use crate::model::lease::{Acquire, Lease, Replaced};
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::{command, generate_token, token_option, writable};
+
+/// Blocks the caller in the key's queue, with what it asked for.
+fn block(
+    ctx: Ctx,
+    key: RString,
+    token: &[u8],
+    parsed: &args::Acquire<'_, RString>,
+    terms: Terms,
+) -> c_int {
+    let session = parsed.session.map(|(k, t)| (rm::bytes(k), rm::bytes(t)));
+    let timeout = parsed.block_ms.unwrap_or(0);
+    crate::background::waiters::block(ctx, key, token, parsed.ttl_ms, terms, session, timeout)
+}
 
 fn reply_grant(ctx: Ctx, token: &[u8], fence: u64) -> c_int {
     rm::reply_array(ctx, 2);
@@ -56,6 +70,17 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
             (&generated[..], Wire::Bytes(&generated))
         }
     };
+    // A session is read before the key is opened: its fence binds the hold.
+    let mut terms = parsed.terms;
+    if let Some((session_key, session_token)) = parsed.session {
+        let now = rm::now_ms();
+        let resolved =
+            sessions::resolve(ctx, key_name, *session_key, rm::bytes(session_token), now);
+        match resolved {
+            Ok(fence) => terms.session = Some((rm::bytes(session_key), fence)),
+            Err(message) => return rm::reply_message(ctx, message),
+        }
+    }
     let Some(mut key) = Key::open_write(ctx, key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
     };
@@ -69,56 +94,65 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     // Clients already waiting get a free lease before this caller does.
     let queue_ahead = effects::has_waiters(ctx, key_name);
     let shared_before = lease.shared_holds();
-    let outcome = if parsed.terms.is_plain() && !lease.is_extended() {
+    let mut lookup = Lookup::new(ctx, now);
+    let outcome = if terms.is_plain() && !lease.is_extended() && !sessions::any_bound() {
         // Version 1's grant, on the compact form: the hot path.
         // A grant over a holder is a grant over an expired one.
         let had_holder = lease.deadline().is_some();
         lease
             .acquire(token, parsed.ttl_ms, now, queue_ahead, &mut state::fences())
             .map(|a| {
-                (
-                    a,
-                    usize::from(had_holder && matches!(a, Acquire::Granted { .. })),
-                )
+                let replaced = had_holder && matches!(a, Acquire::Granted { .. });
+                (a, Replaced::compact(replaced))
             })
             .map_err(|_| Refused::FenceExhausted)
     } else {
-        lease.acquire_on(
+        let ending = sessions::session_grant(lease);
+        let outcome = lease.acquire_on(
             token,
             parsed.ttl_ms,
-            parsed.terms,
+            terms,
             now,
             queue_ahead,
             queue_ahead,
             config::max_holders(),
             &mut state::fences(),
-        )
+            &mut lookup,
+        );
+        if let Ok((_, replaced)) = &outcome {
+            sessions::replaced(ctx, key_name, replaced, ending);
+        }
+        outcome
     };
     let fence = match outcome {
+        Err(Refused::TooManyHolders) if parsed.block_ms.is_some() => {
+            // Full to the operator's cap: a blocking caller waits its turn.
+            return block(ctx, key_name, token, &parsed, terms);
+        }
         Err(refused) => return rm::reply_message(ctx, error::refused(refused)),
         Ok((Acquire::Busy, _)) => {
             state::bump(&STATS.contended);
-            if queue_ahead && !lease.is_live(now) {
+            if queue_ahead && !lease.is_live(now, &mut lookup) {
                 // Free, but owed to the queue: serve its head now rather
                 // than at the reaper's next tick.
                 effects::signal(ctx, key_name);
             }
             return match parsed.block_ms {
-                Some(timeout) => crate::background::waiters::block(
-                    ctx,
-                    key_name,
-                    token,
-                    parsed.ttl_ms,
-                    parsed.terms,
-                    timeout,
-                ),
+                Some(_) => block(ctx, key_name, token, &parsed, terms),
                 None => rm::reply_null_array(ctx),
             };
         }
         Ok((Acquire::Granted { fence }, replaced)) => {
             state::bump(&STATS.grants);
-            if replaced > 0 {
-                expired_before_reaping(ctx, key_name, replaced);
+            if replaced.count > 0 {
+                expired_before_reaping(ctx, key_name, replaced.count);
+            }
+            if let Some((session, session_fence)) = terms.session {
+                let binding = Binding {
+                    key: session.into(),
+                    fence: session_fence,
+                };
+                sessions::bind(rm::selected_db(ctx), rm::bytes(&key_name), &binding);
             }
             fence
         }

@@ -8,12 +8,13 @@
 use std::os::raw::c_int;
 
 use crate::keyspace::effects::index_lease;
+use crate::keyspace::sessions;
 use crate::keyspace::state;
 use crate::keyspace::types;
 use crate::model::args;
 use crate::model::error;
 use crate::model::holds::{Grant, Mode};
-use crate::model::lease::Lease;
+use crate::model::lease::{Lease, MAX_DEADLINE_MS};
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::{command, origin, Origin, Redact};
@@ -38,6 +39,7 @@ enum Effect {
     Whole(u64, Option<crate::model::lease::Holder>),
     Hold(Box<[u8]>, Grant, Mode, Option<u32>),
     Drop,
+    Delay(u64),
 }
 
 fn apply(ctx: Ctx, args: &[RString]) -> c_int {
@@ -55,6 +57,13 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
                 .map(|(token, grant, mode, limit)| Effect::Hold(token, grant, mode, limit))
         }
         Some(f) if f.eq_ignore_ascii_case(b"DROP") && effect.len() > 1 => Ok(Effect::Drop),
+        Some(f) if f.eq_ignore_ascii_case(b"DELAY") => match effect {
+            [_, until] => args::parse_u64(rm::bytes(until))
+                .filter(|&u| u <= MAX_DEADLINE_MS)
+                .map(Effect::Delay)
+                .ok_or(error::APPLY_ARGS),
+            _ => Err(error::APPLY_ARGS),
+        },
         _ => args::parse_apply_args(effect, rm::bytes).map(|(f, h)| Effect::Whole(f, h)),
     };
     let effect = match parsed {
@@ -64,7 +73,7 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     match &effect {
         Effect::Whole(fence, _) => state::fences().observe(*fence, rm::now_ms()),
         Effect::Hold(_, grant, ..) => state::fences().observe(grant.fence, rm::now_ms()),
-        Effect::Drop => {}
+        Effect::Drop | Effect::Delay(_) => {}
     }
     let Some(mut key) = Key::open_write(ctx, *key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
@@ -82,10 +91,25 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
         }
     };
     let shared_before = lease.shared_holds();
+    let (db, name) = (rm::selected_db(ctx), rm::bytes(key_name));
     match effect {
-        Effect::Whole(fence, holder) => lease.apply(holder, fence),
-        Effect::Hold(token, grant, mode, limit) => lease.apply_hold(&token, grant, mode, limit),
-        Effect::Drop => lease.apply_drop(args[3..].iter().map(rm::bytes)),
+        Effect::Whole(fence, holder) => {
+            sessions::unbind_all(db, name, lease);
+            lease.apply(holder, fence);
+        }
+        Effect::Hold(token, grant, mode, limit) => {
+            let binding = grant.session().cloned();
+            let replaced = lease.apply_hold(&token, grant, mode, limit);
+            sessions::unbind(db, name, &replaced);
+            if let Some(binding) = binding {
+                sessions::bind(db, name, &binding);
+            }
+        }
+        Effect::Drop => {
+            let gone = lease.apply_drop(args[3..].iter().map(rm::bytes));
+            sessions::unbind(db, name, &gone);
+        }
+        Effect::Delay(until) => lease.apply_delay(until),
     }
     state::shared_holds_moved(shared_before, lease.shared_holds());
     let lease = if stored {

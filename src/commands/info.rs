@@ -4,6 +4,8 @@
 use std::os::raw::c_int;
 
 use crate::keyspace::effects;
+use crate::keyspace::sessions::{self, Lookup};
+use crate::keyspace::state;
 use crate::model::error;
 use crate::model::holds::Mode;
 use crate::model::lease::{Lease, State};
@@ -51,11 +53,23 @@ fn info(ctx: Ctx, args: &[RString]) -> c_int {
         Slot::Ours(lease) => lease,
     };
     let now = rm::now_ms();
-    let (state, ttl): (&[u8], i64) = match lease.state(now) {
+    let mut sessions = Lookup::new(ctx, now);
+    let (state, ttl): (&[u8], i64) = match lease.state(now, &mut sessions) {
         State::Held { ttl_ms } => (b"held", ttl_ms as i64),
+        State::Delayed { ttl_ms } => (b"delayed", ttl_ms as i64),
         State::Free => (b"free", -1),
     };
-    let view = lease.view(now);
+    let view = lease.view(now, &mut sessions);
+    let waiters = effects::waiters_on(ctx, *key_name);
+    // A limit binds while the key has holders or waiters, and shows then.
+    let limit = view.limit.filter(|_| view.holders > 0 || waiters > 0);
+    // Holds bound to this key as a session, while it is a live one.
+    let bound = match sessions::session_grant(lease) {
+        Some((fence, deadline)) if now < deadline => {
+            state::bound().bound_to(rm::selected_db(ctx), rm::bytes(key_name), fence)
+        }
+        _ => 0,
+    };
     rm::reply_map(ctx, 10);
     rm::reply_bulk(ctx, b"state");
     rm::reply_bulk(ctx, state);
@@ -64,23 +78,22 @@ fn info(ctx: Ctx, args: &[RString]) -> c_int {
     rm::reply_bulk(ctx, b"fence");
     rm::reply_integer(ctx, lease.fence() as i64);
     rm::reply_bulk(ctx, b"waiters");
-    rm::reply_integer(ctx, effects::waiters_on(ctx, *key_name) as i64);
+    rm::reply_integer(ctx, waiters as i64);
     rm::reply_bulk(ctx, b"mode");
     reply_optional_bulk(ctx, view.mode.map(mode_name));
     rm::reply_bulk(ctx, b"holders");
     rm::reply_integer(ctx, view.holders as i64);
     rm::reply_bulk(ctx, b"limit");
-    match view.limit {
+    match limit {
         Some(n) => rm::reply_integer(ctx, i64::from(n)),
         None => rm::reply_null(ctx),
     };
     rm::reply_bulk(ctx, b"owner");
     reply_optional_bulk(ctx, view.owner);
-    // Sessions are not bound to a lease yet: no session, nothing bound.
     rm::reply_bulk(ctx, b"session");
-    rm::reply_null(ctx);
+    reply_optional_bulk(ctx, view.session);
     rm::reply_bulk(ctx, b"bound");
-    rm::reply_integer(ctx, 0)
+    rm::reply_integer(ctx, bound as i64)
 }
 
 fn holders(ctx: Ctx, args: &[RString]) -> c_int {
@@ -99,7 +112,7 @@ fn holders(ctx: Ctx, args: &[RString]) -> c_int {
         Slot::Ours(lease) => lease,
     };
     let now = rm::now_ms();
-    let live = lease.live_holds(now);
+    let live = lease.live_holds(now, &mut Lookup::new(ctx, now));
     rm::reply_array(ctx, live.len());
     for hold in live {
         rm::reply_map(ctx, 5);
@@ -112,7 +125,7 @@ fn holders(ctx: Ctx, args: &[RString]) -> c_int {
         rm::reply_bulk(ctx, b"owner");
         reply_optional_bulk(ctx, hold.owner);
         rm::reply_bulk(ctx, b"session");
-        rm::reply_null(ctx);
+        reply_optional_bulk(ctx, hold.session);
     }
     OK
 }

@@ -4,6 +4,7 @@ use std::os::raw::c_int;
 
 use crate::keyspace::effects;
 use crate::keyspace::effects::replicate_lease;
+use crate::keyspace::sessions::{self, Lookup};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
 use crate::model::args::check_token;
@@ -59,12 +60,20 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
     };
     let mark = lease.index_mark();
     let shared_before = lease.shared_holds();
-    if !lease.release(token, now) {
+    let Some(released) = lease.release(token, now, &mut Lookup::new(ctx, now)) else {
         state::bump(&STATS.releases_rejected);
         return rm::reply_integer(ctx, 0);
-    }
+    };
     state::bump(&STATS.releases);
     state::shared_holds_moved(shared_before, lease.shared_holds());
+    if sessions::any_bound() {
+        let db = rm::selected_db(ctx);
+        if let Some(binding) = released.session() {
+            sessions::unbind_one(db, rm::bytes(key_name), binding);
+        }
+        // A session released: its bound holds are free from now on.
+        sessions::ended(ctx, db, rm::bytes(key_name), released.fence, now);
+    }
     if lease.extended().is_some_and(|h| !h.is_empty()) {
         // Other holds stay, and their index entry with them.
         effects::replicate_drop(ctx, *key_name, &[token]);

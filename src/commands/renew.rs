@@ -3,9 +3,11 @@
 use std::os::raw::c_int;
 
 use crate::keyspace::effects::{index_lease, replicate_held, Wire};
+use crate::keyspace::sessions::Lookup;
 use crate::keyspace::state::{self, STATS};
-use crate::model::args::{check_token, parse_ttl};
+use crate::model::args::{check_token, parse_ttl, parse_u64};
 use crate::model::error;
+use crate::model::lease::Renew;
 use crate::rm::{self, Ctx, Key, RString};
 
 use super::{command, lease_in, second_argument, writable};
@@ -25,8 +27,12 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
             c"ERR wrong number of arguments for 'lease.renew' command",
         );
     };
-    let parsed =
-        check_token(rm::bytes(token_arg)).and_then(|t| Ok((t, parse_ttl(rm::bytes(ttl))?)));
+    // A ttl of 0 is for a bound hold: checked once the hold is found.
+    let ttl = match parse_u64(rm::bytes(ttl)) {
+        Some(0) => Ok(0),
+        _ => parse_ttl(rm::bytes(ttl)),
+    };
+    let parsed = check_token(rm::bytes(token_arg)).and_then(|t| Ok((t, ttl?)));
     let (token, ttl_ms) = match parsed {
         Ok(p) => p,
         Err(e) => return rm::reply_error(ctx, e),
@@ -39,15 +45,20 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
         Err(e) => return rm::reply_error(ctx, e),
     };
     // No key, an expired lease or another holder's: refused alike.
-    let mut mark = None;
-    let renewed = lease.and_then(|l| {
-        mark = l.index_mark();
-        l.renew(token, ttl_ms, rm::now_ms()).then_some(l)
-    });
-    let Some(lease) = renewed else {
+    let Some(lease) = lease else {
         state::bump(&STATS.renewals_rejected);
         return rm::reply_integer(ctx, 0);
     };
+    let mark = lease.index_mark();
+    let now = rm::now_ms();
+    match lease.renew_hold(token, ttl_ms, now, &mut Lookup::new(ctx, now)) {
+        Renew::Renewed => {}
+        Renew::NotHeld => {
+            state::bump(&STATS.renewals_rejected);
+            return rm::reply_integer(ctx, 0);
+        }
+        Renew::ZeroTtlUnbound => return rm::reply_error(ctx, error::TTL),
+    }
     // A renewal to a shorter ttl moves the deadline before the lease's
     // index entry, which would reach its expiry (and its waiters) late.
     if mark.is_some_and(|at| lease.deadline().is_some_and(|d| d < at)) {

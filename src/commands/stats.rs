@@ -28,6 +28,14 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
             add(c"keys", read(&STATS.lease_keys));
             add(c"resource_keys", read(&STATS.resource_keys));
             add(c"shared_holds", read(&STATS.shared_holds));
+            let (bound, sessions) = {
+                let index = state::bound();
+                (index.holds(), index.sessions() as u64)
+            };
+            add(c"bound_holds", bound);
+            add(c"sessions", sessions);
+            add(c"session_expiries", read(&STATS.session_expiries));
+            add(c"delays", read(&STATS.delays));
             add(c"indexed_deadlines", state::index().len() as u64);
             add(c"waiters", state::waiters().total() as u64);
             add(c"fence_last", state::fences().last());

@@ -49,15 +49,41 @@ impl Wire<'_> {
 }
 
 /// Propagates a lease's whole state as `LEASE.APPLY`: the compact form,
-/// or (extended) its fence and then each hold.
+/// or (extended) its fence and then each hold, and its lock-delay.
 pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
     let (deadline, token) = lease.persisted_holder();
     replicate_holder(ctx, key, lease.fence(), deadline, Wire::Bytes(&token));
-    if let Some((mode, limit, holds)) = lease.persisted_holds() {
-        for hold in &holds {
-            replicate_hold(ctx, key, &hold.grant, mode, limit, Wire::Bytes(&hold.token));
+    if let Some(whole) = lease.persisted_holds() {
+        for hold in &whole.holds {
+            replicate_hold(
+                ctx,
+                key,
+                &hold.grant,
+                whole.mode,
+                whole.limit,
+                Wire::Bytes(&hold.token),
+            );
+        }
+        if whole.delayed_until != 0 {
+            replicate_delay(ctx, key, whole.delayed_until);
         }
     }
+}
+
+/// `LEASE.APPLY key DELAY until`: no grant on the key before `until`.
+pub fn replicate_delay(ctx: Ctx, key: RString, until_ms: u64) {
+    // SAFETY: `ctx` and `key` are valid by the handle rule; the format `scl`
+    // takes a module string, a NUL-terminated string and an i64.
+    unsafe {
+        api!(RedisModule_Replicate)(
+            ctx,
+            c"LEASE.APPLY".as_ptr(),
+            c"scl".as_ptr(),
+            key,
+            c"DELAY".as_ptr(),
+            until_ms as i64,
+        )
+    };
 }
 
 /// `LEASE.APPLY key fence:deadline token`. Callers that have the holder's
@@ -105,9 +131,10 @@ pub fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: Wire) {
     }
 }
 
-/// `LEASE.APPLY key HOLD fence:deadline mode:limit owner token`: one hold
-/// of an extended lease, on the key's terms (`X` exclusive, `S` shared;
-/// limit 0: none; an empty owner: none).
+/// `LEASE.APPLY key HOLD fence:deadline mode:limit:delay owner session
+/// token`: one hold of an extended lease, on the key's terms (`X`
+/// exclusive, `S` shared; limit 0: none; an empty owner or session: none;
+/// `fence:key` for a session; a deadline of 0: none of its own).
 pub fn replicate_hold(
     ctx: Ctx,
     key: RString,
@@ -116,10 +143,7 @@ pub fn replicate_hold(
     limit: Option<u32>,
     token: Wire,
 ) {
-    let mut buf = [0u8; args::STATE_LEN];
-    let state = args::apply_state(grant.fence, grant.deadline_ms, &mut buf);
-    let terms = args::hold_terms(mode, limit);
-    let owner = grant.owner.as_deref().unwrap_or_default();
+    let [state, terms, owner, session] = args::hold_args(grant, mode, limit);
     let apply = c"LEASE.APPLY".as_ptr();
     let hold = c"HOLD".as_ptr();
     let token = OwnedToken::new(ctx, token);
@@ -131,7 +155,7 @@ pub fn replicate_hold(
         api!(RedisModule_Replicate)(
             ctx,
             apply,
-            c"scbbbs".as_ptr(),
+            c"scbbbbs".as_ptr(),
             key,
             hold,
             state.as_ptr(),
@@ -140,6 +164,8 @@ pub fn replicate_hold(
             terms.len(),
             owner.as_ptr(),
             owner.len(),
+            session.as_ptr(),
+            session.len(),
             token.as_ptr(),
         )
     };
@@ -171,13 +197,16 @@ impl OwnedToken {
 /// `LEASE.APPLY key DROP token [token ...]`: these holds of an extended
 /// lease are gone (released or expired); the key stays.
 pub fn replicate_drop<T: AsRef<[u8]>>(ctx: Ctx, key: RString, tokens: &[T]) {
+    replicate_drop_each(ctx, key, tokens.iter().map(AsRef::as_ref));
+}
+
+/// `replicate_drop` of the tokens an iterator gives.
+pub fn replicate_drop_each<'a>(ctx: Ctx, key: RString, tokens: impl Iterator<Item = &'a [u8]>) {
+    let tokens: Vec<&[u8]> = tokens.collect();
     if tokens.is_empty() {
         return;
     }
-    let owned: Vec<OwnedString> = tokens
-        .iter()
-        .map(|t| OwnedString::new(ctx, t.as_ref()))
-        .collect();
+    let owned: Vec<OwnedString> = tokens.iter().map(|t| OwnedString::new(ctx, t)).collect();
     let mut argv: Vec<RString> = Vec::with_capacity(owned.len() + 1);
     argv.push(key);
     argv.extend(owned.iter().map(OwnedString::as_ptr));

@@ -6,6 +6,7 @@
 
 pub mod effects;
 pub mod removals;
+pub mod sessions;
 pub mod state;
 pub mod types;
 pub mod unlinked;

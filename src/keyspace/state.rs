@@ -10,11 +10,13 @@ use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 
 use crate::model::index::DeadlineIndex;
 use crate::model::lease::{FenceSequence, Lease, WaitQueues};
+use crate::model::sessions::BoundIndex;
 use crate::rm::{self, Ctx};
 
 static FENCES: Mutex<FenceSequence> = Mutex::new(FenceSequence::new());
 static INDEX: Mutex<DeadlineIndex> = Mutex::new(DeadlineIndex::new());
 static WAITERS: LazyLock<Mutex<WaitQueues>> = LazyLock::new(Default::default);
+static BOUND: LazyLock<Mutex<BoundIndex>> = LazyLock::new(Default::default);
 static PRIMARY: AtomicBool = AtomicBool::new(true);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -122,6 +124,11 @@ pub fn take_wakes() -> Vec<(i32, Box<[u8]>)> {
 }
 
 /// Clients blocked in `LEASE.ACQUIRE ... BLOCK`, per key.
+/// Which keys hold holds bound to which session (`model::sessions`).
+pub fn bound() -> MutexGuard<'static, BoundIndex> {
+    lock(&BOUND)
+}
+
 pub fn waiters() -> MutexGuard<'static, WaitQueues> {
     lock(&WAITERS)
 }
@@ -182,6 +189,10 @@ pub struct Stats {
     pub eviction_refused: AtomicU64,
     /// Shared holds stored, live or not yet reaped.
     pub shared_holds: AtomicU64,
+    /// Bound holds freed by their session's end.
+    pub session_expiries: AtomicU64,
+    /// Lock-delays started.
+    pub delays: AtomicU64,
 }
 
 pub static STATS: Stats = Stats {
@@ -203,6 +214,8 @@ pub static STATS: Stats = Stats {
     restored: AtomicU64::new(0),
     eviction_refused: AtomicU64::new(0),
     shared_holds: AtomicU64::new(0),
+    session_expiries: AtomicU64::new(0),
+    delays: AtomicU64::new(0),
 };
 
 pub fn bump(counter: &AtomicU64) {

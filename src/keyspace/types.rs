@@ -20,11 +20,12 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::keyspace::removals::{self, Floor};
+use crate::keyspace::sessions;
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::unlinked::{self, Saved};
 use crate::model::args;
 use crate::model::encoding::{self, Encoded, Reader, Writer};
-use crate::model::holds::Hold;
+use crate::model::holds::{Hold, Unbound};
 use crate::model::lease::{Lease, Resource, FENCE_LIMIT};
 use crate::rm::{self, api, Key, ModuleValue};
 
@@ -259,21 +260,20 @@ unsafe extern "C" fn lease_aof_rewrite(
                     token.len(),
                 )
             };
-            let Some((mode, limit, holds)) = holds else {
+            let Some(whole) = holds else {
                 return;
             };
-            let terms = args::hold_terms(mode, limit);
-            for Hold { token, grant } in &holds {
-                let state = args::apply_state(grant.fence, grant.deadline_ms, &mut buf);
-                let owner = grant.owner.as_deref().unwrap_or_default();
-                // SAFETY: as above; the format `scbbbb` takes a module
-                // string, a NUL-terminated string and four pointer-and-length
+            for Hold { token, grant } in &whole.holds {
+                let [state, terms, owner, session] =
+                    args::hold_args(grant, whole.mode, whole.limit);
+                // SAFETY: as above; the format `scbbbbb` takes a module
+                // string, a NUL-terminated string and five pointer-and-length
                 // buffers, live for the call.
                 unsafe {
                     api!(RedisModule_EmitAOF)(
                         aof,
                         c"LEASE.APPLY".as_ptr(),
-                        c"scbbbb".as_ptr(),
+                        c"scbbbbb".as_ptr(),
                         key,
                         c"HOLD".as_ptr(),
                         state.as_ptr(),
@@ -282,8 +282,24 @@ unsafe extern "C" fn lease_aof_rewrite(
                         terms.len(),
                         owner.as_ptr(),
                         owner.len(),
+                        session.as_ptr(),
+                        session.len(),
                         token.as_ptr(),
                         token.len(),
+                    )
+                };
+            }
+            if whole.delayed_until != 0 {
+                // SAFETY: as above; the format `scl` takes a module string, a
+                // NUL-terminated string and an i64.
+                unsafe {
+                    api!(RedisModule_EmitAOF)(
+                        aof,
+                        c"LEASE.APPLY".as_ptr(),
+                        c"scl".as_ptr(),
+                        key,
+                        c"DELAY".as_ptr(),
+                        whole.delayed_until as i64,
                     )
                 };
             }
@@ -334,29 +350,24 @@ unsafe extern "C" fn lease_digest(md: *mut raw::RedisModuleDigest, value: *mut c
                     );
                 }
             }
-            if let Some((mode, limit, holds)) = lease.persisted_holds() {
-                let terms = args::hold_terms(mode, limit);
-                // SAFETY: as above, for each buffer.
-                unsafe {
-                    api!(RedisModule_DigestAddStringBuffer)(md, terms.as_ptr().cast(), terms.len())
-                };
-                for Hold { token, grant } in &holds {
-                    let owner = grant.owner.as_deref().unwrap_or_default();
-                    // SAFETY: as above, for each buffer.
+            if let Some(whole) = lease.persisted_holds() {
+                let add = |bytes: &[u8]| {
+                    // SAFETY: Redis passes a valid digest handle to digest;
+                    // the bytes are live for the call, which copies them.
                     unsafe {
-                        api!(RedisModule_DigestAddLongLong)(md, grant.fence as i64);
-                        api!(RedisModule_DigestAddLongLong)(md, grant.deadline_ms as i64);
                         api!(RedisModule_DigestAddStringBuffer)(
                             md,
-                            token.as_ptr().cast(),
-                            token.len(),
-                        );
-                        api!(RedisModule_DigestAddStringBuffer)(
-                            md,
-                            owner.as_ptr().cast(),
-                            owner.len(),
-                        );
-                    }
+                            bytes.as_ptr().cast(),
+                            bytes.len(),
+                        )
+                    };
+                };
+                add(whole.delayed_until.to_string().as_bytes());
+                for Hold { token, grant } in &whole.holds {
+                    args::hold_args(grant, whole.mode, whole.limit)
+                        .iter()
+                        .for_each(|arg| add(arg));
+                    add(token);
                 }
             }
         },
@@ -444,6 +455,13 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
             if let (Some(at), true) = (lease.index_mark(), state::is_primary()) {
                 state::index().remove(at, db, key);
             }
+            // Its bound holds leave the session index; if it is a session,
+            // the session ends with it (its deadline, if that passed first).
+            sessions::unbind_all(db, key, lease);
+            if let Some((fence, deadline)) = sessions::session_grant(lease) {
+                let at = deadline.min(rm::now_ms());
+                sessions::ended(rm::module_ctx(), db, key, fence, at);
+            }
             // The module's own deletions (a release, the reaper, a master's
             // word) replace nothing, leave no waiter behind and are no
             // eviction: the rest is for the server's removals.
@@ -454,7 +472,10 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
             if state::waiters().len(db, key) > 0 {
                 state::wake_later(rm::module_ctx(), db, key);
             }
-            let live = Some(lease).filter(|l| l.is_live(rm::now_ms()));
+            // Bound holds count as live here: no other key can be read from
+            // an unlink, and a copy of a hold whose session ended is free
+            // when it is put back.
+            let live = Some(lease).filter(|l| l.is_live(rm::now_ms(), &mut Unbound));
             unlinked::note_unlinked(db, key, live.map(|l| || Saved::Lease(l.clone())));
         },
     )

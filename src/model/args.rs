@@ -5,7 +5,7 @@
 use std::ffi::CStr;
 
 use crate::model::error;
-use crate::model::holds::{valid_owner, Grant, Mode, Terms, MAX_LIMIT};
+use crate::model::holds::{valid_owner, Binding, Grant, Mode, Terms, MAX_LIMIT, NO_DEADLINE};
 use crate::model::lease::{Holder, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS};
 
 /// Parses a non-negative decimal integer as Redis does: no sign, no
@@ -48,8 +48,12 @@ pub struct Acquire<'a, T> {
     /// argument itself on rather than copy its bytes.
     pub token: Option<&'a T>,
     pub block_ms: Option<u64>,
-    /// Mode, limit and label (version 2 options).
+    /// Mode, limit, label and delay (version 2 options); the session is
+    /// filled in by the caller, who resolves it (`session`).
     pub terms: Terms<'a>,
+    /// `SESSION session-key session-token`: the arguments, the token
+    /// checked.
+    pub session: Option<(&'a T, &'a T)>,
 }
 
 /// Parses ttl and options; each option at most once, in any order, any case.
@@ -58,15 +62,22 @@ pub fn parse_acquire<'a, T>(
     options: &'a [T],
     bytes: impl Fn(&'a T) -> &'a [u8],
 ) -> Result<Acquire<'a, T>, &'static CStr> {
+    // 0 only with a session: checked once the options are read.
+    let ttl_ms = match parse_u64(ttl) {
+        Some(0) => 0,
+        _ => parse_ttl(ttl)?,
+    };
     let mut parsed = Acquire {
-        ttl_ms: parse_ttl(ttl)?,
+        ttl_ms,
         token: None,
         block_ms: None,
         terms: Terms::PLAIN,
+        session: None,
     };
     let mut rest = options;
     let mut shared = false;
     let mut owned = false;
+    let mut delayed = false;
     while let [option, tail @ ..] = rest {
         let option = bytes(option);
         if option.eq_ignore_ascii_case(b"SHARED") && !shared {
@@ -89,7 +100,20 @@ pub fn parse_acquire<'a, T>(
         let [value, tail @ ..] = tail else {
             return Err(error::ACQUIRE_SYNTAX);
         };
-        if option.eq_ignore_ascii_case(b"OWNER") && !owned {
+        if option.eq_ignore_ascii_case(b"SESSION") && parsed.session.is_none() {
+            let [session_token, after @ ..] = tail else {
+                return Err(error::ACQUIRE_SYNTAX);
+            };
+            check_token(bytes(session_token))?;
+            parsed.session = Some((value, session_token));
+            rest = after;
+            continue;
+        }
+        if option.eq_ignore_ascii_case(b"DELAY") && !delayed {
+            delayed = true;
+            let delay = parse_u64(bytes(value)).filter(|v| *v <= MAX_TTL_MS);
+            parsed.terms.delay_ms = delay.ok_or(error::DELAY)?;
+        } else if option.eq_ignore_ascii_case(b"OWNER") && !owned {
             owned = true;
             if !valid_owner(bytes(value)) {
                 return Err(error::OWNER);
@@ -108,6 +132,12 @@ pub fn parse_acquire<'a, T>(
     }
     if !rest.is_empty() {
         return Err(error::ACQUIRE_SYNTAX);
+    }
+    if parsed.ttl_ms == 0 && parsed.session.is_none() {
+        return Err(error::TTL);
+    }
+    if delayed && shared {
+        return Err(error::DELAY_SHARED);
     }
     Ok(parsed)
 }
@@ -159,56 +189,104 @@ pub fn apply_state(fence: u64, deadline_ms: u64, buf: &mut [u8; STATE_LEN]) -> &
     &buf[at..]
 }
 
-/// `LEASE.APPLY ... HOLD`'s terms argument: `X` or `S`, `:`, the limit
-/// (0: none).
-pub fn hold_terms(mode: Mode, limit: Option<u32>) -> String {
+/// `LEASE.APPLY ... HOLD`'s terms argument: `X` or `S`, the limit (0:
+/// none) and the hold's lock-delay, `:` between.
+pub fn hold_terms(mode: Mode, limit: Option<u32>, delay_ms: u64) -> String {
     let mode = match mode {
         Mode::Exclusive => 'X',
         Mode::Shared => 'S',
     };
-    format!("{mode}:{}", limit.unwrap_or(0))
+    format!("{mode}:{}:{delay_ms}", limit.unwrap_or(0))
 }
 
 /// A hold's terms back from `hold_terms`.
-pub fn parse_hold_terms(b: &[u8]) -> Option<(Mode, Option<u32>)> {
-    let (mode, limit) = split_state(b)?;
+pub fn parse_hold_terms(b: &[u8]) -> Option<(Mode, Option<u32>, u64)> {
+    let (mode, rest) = split_state(b)?;
+    let (limit, delay) = split_state(rest)?;
     let mode = match mode {
         b"X" => Mode::Exclusive,
         b"S" => Mode::Shared,
         _ => return None,
     };
     let limit = parse_u64(limit).filter(|n| *n <= MAX_LIMIT)? as u32;
-    Some((mode, (limit > 0).then_some(limit)))
+    let delay = parse_u64(delay).filter(|n| *n <= MAX_TTL_MS)?;
+    Some((mode, (limit > 0).then_some(limit), delay))
+}
+
+/// `LEASE.APPLY key HOLD`'s arguments before the token: `fence:deadline`,
+/// `mode:limit:delay`, owner, session. Replication, the AOF rewrite and the
+/// digest all take a hold as these.
+pub fn hold_args(grant: &Grant, mode: Mode, limit: Option<u32>) -> [Vec<u8>; 4] {
+    let mut buf = [0u8; STATE_LEN];
+    let deadline = match grant.deadline_ms {
+        NO_DEADLINE => 0,
+        d => d,
+    };
+    [
+        apply_state(grant.fence, deadline, &mut buf).to_vec(),
+        hold_terms(mode, limit, grant.delay_ms()).into_bytes(),
+        grant.owner().unwrap_or_default().to_vec(),
+        hold_session(grant.session()),
+    ]
+}
+
+/// `LEASE.APPLY ... HOLD`'s session argument: empty, or `fence:key`.
+pub fn hold_session(binding: Option<&Binding>) -> Vec<u8> {
+    match binding {
+        None => Vec::new(),
+        Some(b) => {
+            let mut out = format!("{}:", b.fence).into_bytes();
+            out.extend_from_slice(&b.key);
+            out
+        }
+    }
+}
+
+fn parse_hold_session(b: &[u8]) -> Option<Option<Binding>> {
+    if b.is_empty() {
+        return Some(None);
+    }
+    let (fence, key) = split_state(b)?;
+    let fence = parse_fence(fence).ok()?;
+    Some(Some(Binding {
+        key: key.into(),
+        fence,
+    }))
 }
 
 /// A hold as `LEASE.APPLY ... HOLD` carries it: token, grant, and the key's
 /// mode and limit.
 pub type HoldEffect = (Box<[u8]>, Grant, Mode, Option<u32>);
 
-/// `LEASE.APPLY key HOLD fence:deadline mode:limit owner token`, after
-/// `HOLD`: the hold and the key's terms, checked.
+/// `LEASE.APPLY key HOLD fence:deadline mode:limit:delay owner session
+/// token`, after `HOLD`: the hold and the key's terms, checked. A deadline
+/// of 0 is none of its own, for a bound hold only.
 pub fn parse_hold_args<'a, T>(
     args: &'a [T],
     bytes: impl Fn(&'a T) -> &'a [u8],
 ) -> Result<HoldEffect, &'static CStr> {
-    let [state, terms, owner, token] = args else {
+    let [state, terms, owner, session, token] = args else {
         return Err(error::APPLY_ARGS);
     };
     let (fence, deadline) = split_state(bytes(state)).ok_or(error::APPLY_ARGS)?;
+    let session = parse_hold_session(bytes(session)).ok_or(error::APPLY_ARGS)?;
+    let unbounded = deadline == b"0" && session.is_some();
+    let deadline = if unbounded { &b"1"[..] } else { deadline };
     let (fence, Some(holder)) = parse_apply(fence, deadline, bytes(token))? else {
         return Err(error::APPLY_ARGS);
     };
-    let (mode, limit) = parse_hold_terms(bytes(terms)).ok_or(error::APPLY_ARGS)?;
+    let (mode, limit, delay) = parse_hold_terms(bytes(terms)).ok_or(error::APPLY_ARGS)?;
     let owner = match bytes(owner) {
         b"" => None,
         label if valid_owner(label) => Some(label.into()),
         _ => return Err(error::APPLY_ARGS),
     };
-    let grant = Grant {
-        fence,
-        deadline_ms: holder.deadline_ms,
-        owner,
+    let deadline_ms = if unbounded {
+        NO_DEADLINE
+    } else {
+        holder.deadline_ms
     };
+    let grant = Grant::with(fence, deadline_ms, owner, session, delay);
     Ok((holder.token, grant, mode, limit))
 }
 
@@ -314,6 +392,7 @@ mod tests {
                 token,
                 block_ms: block,
                 terms: Terms::PLAIN,
+                session: None,
             })
         };
         assert_eq!(acquire("100", &[]), ok(100, None, None));
@@ -388,30 +467,49 @@ mod tests {
 
     #[test]
     fn hold_effects_round_trip() {
-        for (mode, limit) in [
-            (Mode::Exclusive, None),
-            (Mode::Shared, None),
-            (Mode::Shared, Some(7)),
+        for (mode, limit, delay) in [
+            (Mode::Exclusive, None, 0),
+            (Mode::Shared, None, 0),
+            (Mode::Shared, Some(7), 0),
+            (Mode::Exclusive, None, 5000),
         ] {
-            let text = hold_terms(mode, limit);
-            assert_eq!(parse_hold_terms(text.as_bytes()), Some((mode, limit)));
+            let text = hold_terms(mode, limit, delay);
+            assert_eq!(
+                parse_hold_terms(text.as_bytes()),
+                Some((mode, limit, delay))
+            );
         }
-        let args: [&[u8]; 4] = [b"9:1000", b"S:3", b"host", b"tok"];
+        let args: [&[u8]; 5] = [b"9:1000", b"S:3:0", b"host", b"", b"tok"];
         let (token, grant, mode, limit) = parse_hold_args(&args, |a| a).expect("valid");
         assert_eq!(
             (&*token, grant.fence, grant.deadline_ms),
             (&b"tok"[..], 9, 1000)
         );
         assert_eq!(
-            (mode, limit, grant.owner.as_deref()),
+            (mode, limit, grant.owner()),
             (Mode::Shared, Some(3), Some(&b"host"[..]))
         );
+        let args: [&[u8]; 5] = [b"9:0", b"X:0:250", b"", b"8:{w}s:1", b"tok"];
+        let (_, grant, _, _) = parse_hold_args(&args, |a| a).expect("a bound hold");
+        assert_eq!(grant.deadline_ms, NO_DEADLINE);
+        assert_eq!(grant.delay_ms(), 250);
+        let binding = Binding {
+            key: b"{w}s:1"[..].into(),
+            fence: 8,
+        };
+        assert_eq!(grant.session(), Some(&binding));
+        // What goes out comes back.
+        let [state, terms, owner, session] = hold_args(&grant, Mode::Exclusive, None);
+        let again: [&[u8]; 5] = [&state, &terms, &owner, &session, b"tok"];
+        assert_eq!(parse_hold_args(&again, |a| a).map(|h| h.1), Ok(grant));
         for bad in [
-            [&b"9:1000"[..], b"Q:3", b"", b"tok"],
-            [b"9:1000", b"S:1000001", b"", b"tok"],
-            [b"9:0", b"S:3", b"", b"tok"],
-            [b"9:1000", b"S:3", b"", b""],
-            [b"9:1000", b"S:3", b"a\nb", b"tok"],
+            [&b"9:1000"[..], b"Q:3:0", b"", b"", b"tok"],
+            [b"9:1000", b"S:1000001:0", b"", b"", b"tok"],
+            [b"9:1000", b"S:3", b"", b"", b"tok"],
+            [b"9:0", b"S:3:0", b"", b"", b"tok"],
+            [b"9:1000", b"S:3:0", b"", b"", b""],
+            [b"9:1000", b"S:3:0", b"a\nb", b"", b"tok"],
+            [b"9:1000", b"S:3:0", b"", b"x:s", b"tok"],
         ] {
             assert!(parse_hold_args(&bad, |a| a).is_err());
         }

@@ -4,13 +4,14 @@
 //! checked; anything out of range refuses the load instead of building a
 //! lease the rest of the module would trust.
 
-use crate::model::holds::{valid_owner, Grant, Hold, Holds, Mode, MAX_LIMIT};
+use crate::model::holds::{valid_owner, Binding, Grant, Hold, Holds, Mode, MAX_LIMIT, NO_DEADLINE};
 use crate::model::lease::{
-    Holder, Lease, Resource, Token, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS,
+    Holder, Lease, Persisted, Resource, Token, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN,
+    MAX_TTL_MS,
 };
 
 /// The encoding version this build writes; it reads this and every older.
-pub const ENCODING_VERSION: i32 = 2;
+pub const ENCODING_VERSION: i32 = 3;
 
 /// Version 2's marker after the version 1 fields: none follow.
 pub const COMPACT: u64 = 0;
@@ -40,7 +41,7 @@ pub struct Encoded<'a> {
     fence: u64,
     deadline_ms: u64,
     token: Token<'a>,
-    holds: Option<(Mode, Option<u32>, Vec<Hold>)>,
+    holds: Option<Persisted>,
 }
 
 impl<'a> Encoded<'a> {
@@ -69,19 +70,27 @@ impl<'a> Encoded<'a> {
         w.unsigned(self.fence);
         w.unsigned(self.deadline_ms);
         w.buffer(&self.token);
-        let Some((mode, limit, holds)) = &self.holds else {
+        let Some(whole) = &self.holds else {
             w.unsigned(COMPACT);
             return;
         };
         w.unsigned(EXTENDED);
-        w.unsigned(u64::from(*mode == Mode::Shared));
-        w.unsigned(u64::from(limit.unwrap_or(0)));
-        w.unsigned(holds.len() as u64);
-        for Hold { token, grant } in holds {
+        w.unsigned(u64::from(whole.mode == Mode::Shared));
+        w.unsigned(u64::from(whole.limit.unwrap_or(0)));
+        w.unsigned(whole.delayed_until);
+        w.unsigned(whole.holds.len() as u64);
+        for Hold { token, grant } in &whole.holds {
             w.unsigned(grant.fence);
-            w.unsigned(grant.deadline_ms);
+            w.unsigned(match grant.deadline_ms {
+                NO_DEADLINE => 0,
+                d => d,
+            });
             w.buffer(token);
-            w.buffer(grant.owner.as_deref().unwrap_or_default());
+            w.buffer(grant.owner().unwrap_or_default());
+            let session = grant.session();
+            w.buffer(session.map_or(&[][..], |b| &b.key));
+            w.unsigned(session.map_or(0, |b| b.fence));
+            w.unsigned(grant.delay_ms());
         }
     }
 }
@@ -93,6 +102,11 @@ impl<'a> Encoded<'a> {
 /// or `EXTENDED` and `mode` (0 exclusive, 1 shared), `limit` (0: none),
 /// `count`, and per hold, oldest grant first: `fence`, `deadline_ms`,
 /// `token`, `owner` (empty: none).
+///
+/// Version 3: as version 2, with the key's `delayed_until` (0: none) after
+/// `limit`, and per hold after `owner`: `session` (the session key, empty:
+/// none), `session_fence`, `delay_ms`; a bound hold's `deadline_ms` of 0 is
+/// none of its own.
 ///
 /// `now_ms` bounds the deadline: no grant reaches past now + the longest
 /// ttl, so a later deadline is a crafted or corrupt value, as is a deadline
@@ -107,12 +121,17 @@ pub fn decode_lease(r: &mut impl Reader, encver: i32, now_ms: u64) -> Result<Lea
     }
     match r.unsigned().ok_or("a truncated lease-key")? {
         COMPACT => Ok(lease),
-        EXTENDED if lease.deadline().is_none() => decode_holds(r, lease.fence(), now_ms),
+        EXTENDED if lease.deadline().is_none() => decode_holds(r, encver, lease.fence(), now_ms),
         _ => Err("a lease-key with an unknown form"),
     }
 }
 
-fn decode_holds(r: &mut impl Reader, fence: u64, now_ms: u64) -> Result<Lease, &'static str> {
+fn decode_holds(
+    r: &mut impl Reader,
+    encver: i32,
+    fence: u64,
+    now_ms: u64,
+) -> Result<Lease, &'static str> {
     let truncated = "a truncated lease-key";
     let mode = match r.unsigned().ok_or(truncated)? {
         0 => Mode::Exclusive,
@@ -124,20 +143,62 @@ fn decode_holds(r: &mut impl Reader, fence: u64, now_ms: u64) -> Result<Lease, &
         n if n <= MAX_LIMIT => Some(n as u32),
         _ => return Err("a lease-key whose limit is out of range"),
     };
+    let delayed_until = match encver {
+        2 => 0,
+        _ => r.unsigned().ok_or(truncated)?,
+    };
+    if delayed_until > now_ms.saturating_add(2 * MAX_TTL_MS) {
+        return Err("a lease-key with an impossible lock-delay");
+    }
     let count = r.unsigned().ok_or(truncated)?;
     if count > MAX_HOLDS || (mode == Mode::Exclusive && count > 1) {
         return Err("a lease-key with more holds than its mode allows");
     }
+    if mode == Mode::Exclusive && limit.is_some() {
+        return Err("a lease-key with a limit on an exclusive hold");
+    }
+    if limit.is_some_and(|n| count > u64::from(n)) {
+        return Err("a lease-key with more holds than its limit");
+    }
     let mut holds = Holds::new(mode, limit);
+    holds.set_delayed_until(delayed_until);
+    let mut last_fence = 0;
     for _ in 0..count {
         let hold_fence = r.unsigned().ok_or(truncated)?;
         let deadline_ms = r.unsigned().ok_or(truncated)?;
         let token = r.buffer().ok_or(truncated)?;
         let owner = r.buffer().ok_or(truncated)?;
+        let (session, delay_ms) = match encver {
+            2 => (None, 0),
+            _ => {
+                let key = r.buffer().ok_or(truncated)?;
+                let session_fence = r.unsigned().ok_or(truncated)?;
+                let delay_ms = r.unsigned().ok_or(truncated)?;
+                if session_fence >= FENCE_LIMIT || delay_ms > MAX_TTL_MS {
+                    return Err("a lease-key with a session or delay out of range");
+                }
+                let session = (!key.is_empty()).then_some(Binding {
+                    key,
+                    fence: session_fence,
+                });
+                (session, delay_ms)
+            }
+        };
         if hold_fence > fence {
             return Err("a lease-key with a hold above the key's fence");
         }
-        check_holder(&token, deadline_ms, now_ms)?;
+        // Oldest grant first, and every grant took a new fence.
+        if hold_fence <= last_fence {
+            return Err("a lease-key whose holds' fences do not rise");
+        }
+        last_fence = hold_fence;
+        let unbounded = deadline_ms == 0 && session.is_some();
+        if !unbounded {
+            check_holder(&token, deadline_ms, now_ms)?;
+        }
+        if delay_ms > 0 && mode != Mode::Exclusive {
+            return Err("a lease-key with a lock-delay on a shared hold");
+        }
         if token.is_empty() {
             return Err("a lease-key with a hold without a token");
         }
@@ -147,11 +208,9 @@ fn decode_holds(r: &mut impl Reader, fence: u64, now_ms: u64) -> Result<Lease, &
         if holds.get(&token).is_some() {
             return Err("a lease-key with two holds of one token");
         }
-        let grant = Grant {
-            fence: hold_fence,
-            deadline_ms,
-            owner: (!owner.is_empty()).then_some(owner),
-        };
+        let deadline_ms = if unbounded { NO_DEADLINE } else { deadline_ms };
+        let owner = (!owner.is_empty()).then_some(owner);
+        let grant = Grant::with(hold_fence, deadline_ms, owner, session, delay_ms);
         holds.insert(&token, grant);
     }
     Ok(Lease::from_holds(holds, fence))
@@ -211,6 +270,7 @@ pub fn decode_sequence(r: &mut impl Reader, encver: i32) -> Result<u64, &'static
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::holds::Unbound;
 
     /// Values queued in order; `None` plays a short read.
     struct Queue(Vec<Option<Value>>);
@@ -337,23 +397,47 @@ mod tests {
                 mode: Mode::Shared,
                 limit: Some(5),
                 owner,
+                ..Terms::PLAIN
             };
-            let got = shared.acquire_on(token, 5000, terms, NOW, false, false, 10, &mut fences);
-            assert!(matches!(got, Ok((Acquire::Granted { .. }, 0))));
+            let got = shared.acquire_on(
+                token,
+                5000,
+                terms,
+                NOW,
+                false,
+                false,
+                10,
+                &mut fences,
+                &mut Unbound,
+            );
+            assert!(matches!(got, Ok((Acquire::Granted { .. }, _))));
         }
         let mut labelled = Lease::default();
         let terms = Terms {
             owner: Some(b"me"),
             ..Terms::PLAIN
         };
-        let got = labelled.acquire_on(b"x", 5000, terms, NOW, false, false, 10, &mut fences);
-        assert!(matches!(got, Ok((Acquire::Granted { .. }, 0))));
+        let got = labelled.acquire_on(
+            b"x",
+            5000,
+            terms,
+            NOW,
+            false,
+            false,
+            10,
+            &mut fences,
+            &mut Unbound,
+        );
+        assert!(matches!(got, Ok((Acquire::Granted { .. }, _))));
         let free = Lease::from_parts(None, 77);
         for lease in [compact, shared, labelled, free] {
             let back = round_trip(&lease);
             assert_eq!(back, lease);
             assert_eq!(back.is_extended(), lease.is_extended());
-            assert_eq!(back.live_holds(NOW), lease.live_holds(NOW));
+            assert_eq!(
+                back.live_holds(NOW, &mut Unbound),
+                lease.live_holds(NOW, &mut Unbound)
+            );
         }
     }
 

@@ -14,10 +14,16 @@ pub const TOKEN: &CStr = c"ERR token must be 1 to 256 bytes";
 pub const BLOCK_TIMEOUT: &CStr =
     c"ERR BLOCK timeout must be an integer from 0 to 1099511627776 (milliseconds)";
 pub const ACQUIRE_SYNTAX: &CStr =
-    c"ERR syntax error: LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout] [SHARED [LIMIT n]] [OWNER label]";
+    c"ERR syntax error: LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout] [SHARED [LIMIT n]] [SESSION session-key session-token] [OWNER label] [DELAY ms]";
 pub const LIMIT: &CStr = c"ERR LIMIT must be an integer from 1 to 1000000";
 pub const OWNER: &CStr = c"ERR OWNER must be 1 to 128 bytes without control characters";
 pub const OTHER_MODE: &CStr = c"ERR this token holds the lease in the other mode";
+pub const OTHER_SESSION: &CStr = c"ERR this token's hold is bound to another session";
+pub const DELAY: &CStr = c"ERR DELAY must be an integer from 0 to 1099511627776 (milliseconds)";
+pub const DELAY_SHARED: &CStr = c"ERR DELAY applies to exclusive leases only";
+pub const SESSION_SHARED: &CStr = c"ERR a session must be an exclusive lease";
+pub const SESSION_BOUND: &CStr = c"ERR a session cannot itself be bound to a session";
+pub const SESSION_SELF: &CStr = c"ERR a key cannot be bound to itself";
 pub const TOO_MANY_HOLDERS: &CStr = c"ERR too many holders for this key (see lease.max-holders)";
 pub const FENCE: &CStr = c"ERR fence must be an integer from 0 to 9007199254740991";
 pub const FENCE_EXHAUSTED: &CStr =
@@ -55,6 +61,8 @@ pub fn refused(refused: Refused) -> Message {
         Refused::OtherMode => Message::Fixed(OTHER_MODE),
         Refused::LimitMismatch(limit) => Message::Formatted(limit_mismatch(limit)),
         Refused::TooManyHolders => Message::Fixed(TOO_MANY_HOLDERS),
+        Refused::OtherSession => Message::Fixed(OTHER_SESSION),
+        Refused::NoDeadlineUnbound => Message::Fixed(TTL),
         Refused::FenceExhausted => Message::Fixed(FENCE_EXHAUSTED),
     }
 }
@@ -65,6 +73,15 @@ pub fn limit_mismatch(limit: Option<u32>) -> String {
         Some(n) => format!("ERR LIMIT does not match this lease's limit {n}"),
         None => "ERR LIMIT does not match this lease's limit none".to_owned(),
     }
+}
+
+/// `ERR no live session on <session-key> for this token`
+pub fn no_live_session(session: &[u8]) -> String {
+    let shown: String = String::from_utf8_lossy(&session[..session.len().min(128)])
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    format!("ERR no live session on {shown} for this token")
 }
 
 /// The inner command of LEASE.FENCE is of a kind it may not run.

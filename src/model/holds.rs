@@ -4,8 +4,13 @@
 //! points to a `Holds`.
 //!
 //! Pure logic on an injected clock, as `lease.rs`. Every hold has its own
-//! token, fence, deadline and label; the key has one mode for all its holds
-//! and the limit it was created with.
+//! token, fence, deadline and label, and may be bound to a session (another
+//! key's exclusive lease, identified by its fence); the key has one mode for
+//! all its holds, the limit it was created with, and the end of a lock-delay.
+//!
+//! Whether a session is live is asked of a `Sessions`: the glue answers from
+//! the session's key, so a session's end frees its bound holds at once,
+//! before anything visits them.
 
 use std::collections::HashMap;
 
@@ -25,18 +30,141 @@ pub enum Mode {
     Shared,
 }
 
+/// A hold's own deadline when it has none: it lives as long as its session.
+pub const NO_DEADLINE: u64 = u64::MAX;
+
+/// The session a hold is bound to: the session key's grant with this fence.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Binding {
+    pub key: Box<[u8]>,
+    pub fence: u64,
+}
+
+/// What a session's key says of one of its grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    Live {
+        deadline_ms: u64,
+    },
+    /// Ended at this time (0: long enough ago that no delay runs from it).
+    Ended {
+        at_ms: u64,
+    },
+}
+
+/// Answers whether sessions are live (the glue looks at their keys).
+pub trait Sessions {
+    fn state(&mut self, binding: &Binding) -> SessionState;
+}
+
+/// For holds known to be unbound, and where no key can be read: every
+/// session counts as live.
+pub struct Unbound;
+
+impl Sessions for Unbound {
+    fn state(&mut self, _: &Binding) -> SessionState {
+        SessionState::Live {
+            deadline_ms: NO_DEADLINE,
+        }
+    }
+}
+
+/// What few holds carry: a label, a session, a lock-delay.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Extra {
+    owner: Option<Box<[u8]>>,
+    session: Option<Binding>,
+    delay_ms: u64,
+}
+
 /// One hold's state besides its token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     pub fence: u64,
-    /// Absolute unix ms; the hold is live while `now_ms < deadline_ms`.
+    /// Absolute unix ms; the hold is live while `now_ms < deadline_ms` (and
+    /// its session is). `NO_DEADLINE` for a bound hold without one.
     pub deadline_ms: u64,
-    pub owner: Option<Box<[u8]>>,
+    extra: Option<Box<Extra>>,
 }
 
 impl Grant {
-    pub fn is_live(&self, now_ms: u64) -> bool {
+    pub fn new(fence: u64, deadline_ms: u64) -> Self {
+        Self {
+            fence,
+            deadline_ms,
+            extra: None,
+        }
+    }
+
+    pub fn with(
+        fence: u64,
+        deadline_ms: u64,
+        owner: Option<Box<[u8]>>,
+        session: Option<Binding>,
+        delay_ms: u64,
+    ) -> Self {
+        let extra = Extra {
+            owner,
+            session,
+            delay_ms,
+        };
+        Self {
+            fence,
+            deadline_ms,
+            extra: (extra != Extra::default()).then(|| Box::new(extra)),
+        }
+    }
+
+    pub fn owner(&self) -> Option<&[u8]> {
+        self.extra.as_ref()?.owner.as_deref()
+    }
+
+    pub fn session(&self) -> Option<&Binding> {
+        self.extra.as_ref()?.session.as_ref()
+    }
+
+    pub fn delay_ms(&self) -> u64 {
+        self.extra.as_ref().map_or(0, |e| e.delay_ms)
+    }
+
+    pub fn set_owner(&mut self, owner: &[u8]) {
+        self.extra.get_or_insert_with(Box::default).owner = Some(owner.into());
+    }
+
+    /// Whether its own deadline is still ahead (its session aside).
+    pub fn own_live(&self, now_ms: u64) -> bool {
         now_ms < self.deadline_ms
+    }
+
+    pub fn is_live(&self, now_ms: u64, sessions: &mut impl Sessions) -> bool {
+        self.until(now_ms, sessions).is_some()
+    }
+
+    /// When a live hold ends as things stand: its own deadline or its
+    /// session's, whichever comes first; `None` when it is not live.
+    pub fn until(&self, now_ms: u64, sessions: &mut impl Sessions) -> Option<u64> {
+        if !self.own_live(now_ms) {
+            return None;
+        }
+        match self.session().map(|b| sessions.state(b)) {
+            None => Some(self.deadline_ms),
+            Some(SessionState::Live { deadline_ms }) => Some(self.deadline_ms.min(deadline_ms)),
+            Some(SessionState::Ended { .. }) => None,
+        }
+    }
+
+    /// When a hold that is not live ended: its own deadline, or its
+    /// session's end if that came first.
+    pub fn ended_at(&self, now_ms: u64, sessions: &mut impl Sessions) -> Option<u64> {
+        let own = (!self.own_live(now_ms)).then_some(self.deadline_ms);
+        let session = match self.session().map(|b| sessions.state(b)) {
+            Some(SessionState::Ended { at_ms }) => Some(at_ms),
+            _ => None,
+        };
+        match (own, session) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -61,6 +189,12 @@ pub struct Holds {
     /// The most shared holders at once; `None`: bounded by the config only.
     limit: Option<u32>,
     table: Table,
+    /// Holds bound to a session: while none is, a hold is live exactly
+    /// while its own deadline is ahead, and counting them reads nothing.
+    bound: u32,
+    /// No grant before this (unix ms, 0: none): a lock-delay that began
+    /// when an exclusive hold with `DELAY` expired and was removed.
+    delayed_until: u64,
 }
 
 /// What an acquire asks for beyond token and ttl.
@@ -69,6 +203,10 @@ pub struct Terms<'a> {
     pub mode: Mode,
     pub limit: Option<u32>,
     pub owner: Option<&'a [u8]>,
+    /// The session to bind to, its grant's fence resolved by the caller.
+    pub session: Option<(&'a [u8], u64)>,
+    /// `DELAY ms` (exclusive only; 0: none).
+    pub delay_ms: u64,
 }
 
 impl Terms<'_> {
@@ -77,6 +215,8 @@ impl Terms<'_> {
         mode: Mode::Exclusive,
         limit: None,
         owner: None,
+        session: None,
+        delay_ms: 0,
     };
 
     pub fn is_plain(&self) -> bool {
@@ -93,6 +233,10 @@ pub enum Refused {
     LimitMismatch(Option<u32>),
     /// Granting would pass `lease.max-holders`.
     TooManyHolders,
+    /// The token's hold is bound to another session than the one named.
+    OtherSession,
+    /// A ttl of 0 for a hold bound to no session.
+    NoDeadlineUnbound,
     /// The fence sequence would pass 2^53.
     FenceExhausted,
 }
@@ -109,7 +253,22 @@ impl Holds {
             mode,
             limit,
             table: Table::Few(Vec::new()),
+            bound: 0,
+            delayed_until: 0,
         }
+    }
+
+    /// How many holds are bound to a session.
+    pub fn bound(&self) -> usize {
+        self.bound as usize
+    }
+
+    pub fn delayed_until(&self) -> u64 {
+        self.delayed_until
+    }
+
+    pub fn set_delayed_until(&mut self, until_ms: u64) {
+        self.delayed_until = until_ms;
     }
 
     pub fn mode(&self) -> Mode {
@@ -170,12 +329,16 @@ impl Holds {
         all
     }
 
-    /// Sets `token`'s hold, replacing any it had.
-    pub fn insert(&mut self, token: &[u8], grant: Grant) {
+    /// Sets `token`'s hold, replacing any it had (returned).
+    pub fn insert(&mut self, token: &[u8], grant: Grant) -> Option<Grant> {
+        let binds = u32::from(grant.session().is_some());
         if let Some(existing) = self.get_mut(token) {
-            *existing = grant;
-            return;
+            let unbinds = u32::from(existing.session().is_some());
+            let old = std::mem::replace(existing, grant);
+            self.bound = self.bound + binds - unbinds;
+            return Some(old);
         }
+        self.bound += binds;
         match &mut self.table {
             Table::Few(list) if list.len() < FEW => {
                 // One hold at a time: a lease with one labelled holder keeps
@@ -198,6 +361,7 @@ impl Holds {
                 map.insert(token.into(), grant);
             }
         }
+        None
     }
 
     /// Removes `token`'s hold, live or not; returns it.
@@ -209,6 +373,9 @@ impl Holds {
             }
             Table::Many(map) => map.remove(token),
         };
+        if removed.as_ref().is_some_and(|g| g.session().is_some()) {
+            self.bound -= 1;
+        }
         if let Table::Many(map) = &self.table {
             if map.len() <= FEW / 2 {
                 let list = map
@@ -224,48 +391,98 @@ impl Holds {
         removed
     }
 
-    pub fn clear(&mut self) {
-        self.table = Table::Few(Vec::new());
-    }
-
-    /// Removes every hold whose deadline has passed; returns their tokens.
-    pub fn prune(&mut self, now_ms: u64) -> Vec<Box<[u8]>> {
-        let expired: Vec<Box<[u8]>> = self
-            .iter()
-            .filter(|(_, g)| !g.is_live(now_ms))
-            .map(|(t, _)| t.into())
-            .collect();
-        for token in &expired {
-            self.remove(token);
+    /// Removes every hold; returns them.
+    pub fn clear(&mut self) -> Vec<Hold> {
+        let table = std::mem::replace(&mut self.table, Table::Few(Vec::new()));
+        self.bound = 0;
+        match table {
+            Table::Few(list) => list,
+            Table::Many(map) => map
+                .into_iter()
+                .map(|(token, grant)| Hold { token, grant })
+                .collect(),
         }
-        expired
     }
 
-    /// The earliest deadline of any hold, live or not.
+    /// Removes every hold that is not live; returns them with when each
+    /// ended. An exclusive hold with a lock-delay that ended starts the
+    /// key's delay.
+    pub fn prune(&mut self, now_ms: u64, sessions: &mut impl Sessions) -> Vec<(Hold, u64)> {
+        let ended: Vec<(Box<[u8]>, u64)> = self
+            .iter()
+            .filter_map(|(t, g)| g.ended_at(now_ms, sessions).map(|at| (t.into(), at)))
+            .collect();
+        let mut gone = Vec::with_capacity(ended.len());
+        for (token, at) in ended {
+            if let Some(grant) = self.remove(&token) {
+                self.start_delay(&grant, at);
+                gone.push((Hold { token, grant }, at));
+            }
+        }
+        gone
+    }
+
+    /// A hold with `DELAY` that ended at `at_ms` keeps the key from any
+    /// grant until `at_ms + delay`.
+    pub fn start_delay(&mut self, grant: &Grant, at_ms: u64) {
+        if grant.delay_ms() > 0 {
+            let until = at_ms.saturating_add(grant.delay_ms());
+            self.delayed_until = self.delayed_until.max(until);
+        }
+    }
+
+    /// Until when no grant may be made (unix ms): the key's delay, or that
+    /// of an exclusive hold with `DELAY` that ended and is not removed yet.
+    pub fn delay_end(&self, now_ms: u64, sessions: &mut impl Sessions) -> u64 {
+        let mut until = self.delayed_until;
+        if self.mode == Mode::Exclusive {
+            for (_, g) in self.iter().filter(|(_, g)| g.delay_ms() > 0) {
+                if let Some(at) = g.ended_at(now_ms, sessions) {
+                    until = until.max(at.saturating_add(g.delay_ms()));
+                }
+            }
+        }
+        until
+    }
+
+    /// The earliest own deadline of any hold, live or not (holds that live
+    /// as long as their session have none).
     pub fn earliest(&self) -> Option<u64> {
-        self.iter().map(|(_, g)| g.deadline_ms).min()
+        self.iter()
+            .map(|(_, g)| g.deadline_ms)
+            .filter(|&d| d != NO_DEADLINE)
+            .min()
     }
 
     /// Live holds at `now_ms`; `earliest` is a deadline no hold is before,
-    /// so when it is still ahead every hold is live and nothing is read.
-    pub fn live(&self, now_ms: u64, earliest: u64) -> usize {
-        if now_ms < earliest {
+    /// so when it is still ahead and no hold is bound, every hold is live
+    /// and nothing is read.
+    pub fn live(&self, now_ms: u64, earliest: u64, sessions: &mut impl Sessions) -> usize {
+        if now_ms < earliest && self.bound == 0 {
             return self.len();
         }
-        self.iter().filter(|(_, g)| g.is_live(now_ms)).count()
+        self.iter()
+            .filter(|(_, g)| g.is_live(now_ms, sessions))
+            .count()
     }
 
-    /// The latest deadline of a live hold.
-    pub fn latest_live(&self, now_ms: u64) -> Option<u64> {
+    /// When the last live hold ends as things stand.
+    pub fn latest_live(&self, now_ms: u64, sessions: &mut impl Sessions) -> Option<u64> {
         self.iter()
-            .map(|(_, g)| g.deadline_ms)
-            .filter(|&d| now_ms < d)
+            .filter_map(|(_, g)| g.until(now_ms, sessions))
             .max()
     }
 
     /// Bytes owned beyond the `Holds` itself.
     pub fn heap_size(&self) -> usize {
-        let owned = |token: &[u8], g: &Grant| token.len() + g.owner.as_ref().map_or(0, |o| o.len());
+        let owned = |token: &[u8], g: &Grant| {
+            let extra = g.extra.as_ref().map_or(0, |e| {
+                std::mem::size_of::<Extra>()
+                    + e.owner.as_ref().map_or(0, |o| o.len())
+                    + e.session.as_ref().map_or(0, |b| b.key.len())
+            });
+            token.len() + extra
+        };
         match &self.table {
             Table::Few(list) => {
                 list.capacity() * std::mem::size_of::<Hold>()
@@ -293,11 +510,7 @@ mod tests {
     use super::*;
 
     fn grant(fence: u64, deadline_ms: u64) -> Grant {
-        Grant {
-            fence,
-            deadline_ms,
-            owner: None,
-        }
+        Grant::new(fence, deadline_ms)
     }
 
     #[test]
@@ -339,14 +552,21 @@ mod tests {
         holds.insert(b"a", grant(1, 100));
         holds.insert(b"b", grant(2, 200));
         holds.insert(b"c", grant(3, 101));
-        assert_eq!(holds.live(100, 100), 2);
-        assert_eq!(holds.live(99, 100), 3);
-        let mut gone = holds.prune(101);
+        assert_eq!(holds.live(100, 100, &mut Unbound), 2);
+        assert_eq!(holds.live(99, 100, &mut Unbound), 3);
+        let mut gone: Vec<_> = holds
+            .prune(101, &mut Unbound)
+            .into_iter()
+            .map(|(h, at)| (h.token, at))
+            .collect();
         gone.sort();
-        assert_eq!(gone, vec![Box::from(&b"a"[..]), Box::from(&b"c"[..])]);
+        assert_eq!(
+            gone,
+            vec![(Box::from(&b"a"[..]), 100), (Box::from(&b"c"[..]), 101)]
+        );
         assert_eq!(holds.earliest(), Some(200));
-        assert_eq!(holds.latest_live(150), Some(200));
-        assert_eq!(holds.latest_live(200), None);
+        assert_eq!(holds.latest_live(150, &mut Unbound), Some(200));
+        assert_eq!(holds.latest_live(200, &mut Unbound), None);
     }
 
     #[test]

@@ -7,7 +7,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::model::holds::{Grant, Hold, Holds, Mode, Refused, Terms};
+use crate::model::holds::{
+    Binding, Grant, Hold, Holds, Mode, Refused, SessionState, Sessions, Terms, NO_DEADLINE,
+};
 
 /// Longest lease a caller may ask for, in milliseconds (about 34 years).
 pub const MAX_TTL_MS: u64 = 1 << 40;
@@ -283,6 +285,10 @@ pub enum State {
     Held {
         ttl_ms: u64,
     },
+    /// No hold, and no grant for `ttl_ms` (a lock-delay).
+    Delayed {
+        ttl_ms: u64,
+    },
     Free,
 }
 
@@ -295,15 +301,78 @@ pub struct View<'a> {
     pub limit: Option<u32>,
     /// The exclusive holder's label.
     pub owner: Option<&'a [u8]>,
+    /// The session key the exclusive hold is bound to.
+    pub session: Option<&'a [u8]>,
 }
 
 /// One live hold as `LEASE.HOLDERS` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LiveHold<'a> {
     pub fence: u64,
+    /// When it ends as things stand (its own deadline or its session's).
     pub deadline_ms: u64,
     pub mode: Mode,
     pub owner: Option<&'a [u8]>,
+    pub session: Option<&'a [u8]>,
+}
+
+/// The holds a grant replaced because they were not live: counted and
+/// announced as expiries, and unbound from their sessions.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Replaced {
+    pub count: usize,
+    /// Each with when it ended (empty for a compact lease's holder).
+    pub holds: Vec<(Hold, u64)>,
+}
+
+impl Replaced {
+    pub fn compact(replaced: bool) -> Self {
+        Self {
+            count: usize::from(replaced),
+            holds: Vec::new(),
+        }
+    }
+
+    fn ended(holds: Vec<Hold>, now_ms: u64, sessions: &mut impl Sessions) -> Self {
+        let holds: Vec<(Hold, u64)> = holds
+            .into_iter()
+            .map(|h| {
+                let at = h.grant.ended_at(now_ms, sessions).unwrap_or(now_ms);
+                (h, at)
+            })
+            .collect();
+        Self {
+            count: holds.len(),
+            holds,
+        }
+    }
+}
+
+/// What `renew_hold` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renew {
+    Renewed,
+    /// No live hold of that token: refused, as version 1 refuses.
+    NotHeld,
+    /// A ttl of 0 for a hold bound to no session: an error.
+    ZeroTtlUnbound,
+}
+
+/// Why a lease cannot be a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotSession {
+    NoLiveSession,
+    Shared,
+    Bound,
+}
+
+/// An extended lease as persisted and replicated whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Persisted {
+    pub mode: Mode,
+    pub limit: Option<u32>,
+    pub delayed_until: u64,
+    pub holds: Vec<Hold>,
 }
 
 impl Default for Lease {
@@ -388,7 +457,7 @@ impl Lease {
     pub fn from_holds(holds: Holds, fence: u64) -> Self {
         let mut lease = Self::default();
         lease.set_fence(fence);
-        let earliest = holds.earliest().unwrap_or(0);
+        let earliest = Self::next_look(&holds);
         lease.token = TokenBytes {
             extended: std::mem::ManuallyDrop::new(Box::new(holds)),
         };
@@ -397,8 +466,8 @@ impl Lease {
         lease
     }
 
-    /// Frees what the token storage owns; the kind and length are left for
-    /// the caller to overwrite.
+    /// Frees what the token storage owns. The kind, length and storage are
+    /// left as they were: every caller overwrites them or drops the lease.
     fn drop_storage(&mut self) {
         if self.token_on_heap() {
             // SAFETY: the kind and length say the buffer variant is the one
@@ -410,10 +479,6 @@ impl Lease {
             // (`from_holds`, `extend`), and nothing reads it after this.
             unsafe { std::mem::ManuallyDrop::drop(&mut self.token.extended) };
         }
-        self.fence_len = self.fence();
-        self.token = TokenBytes {
-            inline: [0; INLINE_TOKEN],
-        };
     }
 
     /// The holds, if this lease has left the compact form.
@@ -439,12 +504,7 @@ impl Lease {
         }
         let mut holds = Holds::default();
         if let Some(h) = self.holder() {
-            let grant = Grant {
-                fence: self.fence(),
-                deadline_ms: h.deadline_ms,
-                owner: None,
-            };
-            holds.insert(&h.token, grant);
+            holds.insert(&h.token, Grant::new(self.fence(), h.deadline_ms));
         }
         let mark = self.index_mark();
         let deadline = self.deadline_ms();
@@ -540,27 +600,35 @@ impl Lease {
     }
 
     /// Whether any hold is live at `now_ms`.
-    pub fn is_live(&self, now_ms: u64) -> bool {
+    pub fn is_live(&self, now_ms: u64, sessions: &mut impl Sessions) -> bool {
         match self.extended() {
             None => now_ms < self.deadline_ms(),
-            Some(holds) => holds.live(now_ms, self.deadline_ms()) > 0,
+            Some(holds) => holds.live(now_ms, self.deadline_ms(), sessions) > 0,
         }
     }
 
-    /// Whether a hold's deadline has passed without its being removed:
-    /// what the reaper is for.
+    /// Whether a hold's deadline (or a lock-delay's end) has passed without
+    /// its being dealt with: what the reaper is for. Bound holds whose
+    /// session ended are the session's reaping, not this.
     pub fn has_expired_hold(&self, now_ms: u64) -> bool {
         let deadline = self.deadline_ms();
         deadline != 0
             && now_ms >= deadline
-            && self
-                .extended()
-                .map_or(true, |h| h.iter().any(|(_, g)| !g.is_live(now_ms)))
+            && self.extended().map_or(true, |h| {
+                h.iter().any(|(_, g)| !g.own_live(now_ms))
+                    || (h.delayed_until() != 0 && now_ms >= h.delayed_until())
+            })
     }
 
-    /// Whether the live holder is `token`, at `now_ms`.
+    /// Until when a lock-delay keeps the key from any grant, if it does.
+    pub fn delayed(&self, now_ms: u64, sessions: &mut impl Sessions) -> Option<u64> {
+        let holds = self.extended()?;
+        Some(holds.delay_end(now_ms, sessions)).filter(|&until| now_ms < until)
+    }
+
+    /// Whether the live holder of a compact lease is `token`, at `now_ms`.
     fn held_by(&self, token: &[u8], now_ms: u64) -> bool {
-        self.is_live(now_ms) && self.holds(token)
+        now_ms < self.deadline_ms() && self.holds(token)
     }
 
     /// Whether the stored token is `token`, live or not. A compact stored
@@ -627,52 +695,59 @@ impl Lease {
         self.deadline_mark = self.deadline_ms() | distance << DEADLINE_BITS;
     }
 
-    pub fn state(&self, now_ms: u64) -> State {
+    pub fn state(&self, now_ms: u64, sessions: &mut impl Sessions) -> State {
         let last = match self.extended() {
             None => Some(self.deadline_ms()).filter(|&d| now_ms < d),
-            Some(holds) => holds.latest_live(now_ms),
+            Some(holds) => holds.latest_live(now_ms, sessions),
         };
         match last {
             Some(deadline) => State::Held {
                 ttl_ms: deadline - now_ms,
             },
-            None => State::Free,
+            None => match self.delayed(now_ms, sessions) {
+                Some(until) => State::Delayed {
+                    ttl_ms: until - now_ms,
+                },
+                None => State::Free,
+            },
         }
     }
 
     /// What `LEASE.INFO` shows beyond state and ttl.
-    pub fn view(&self, now_ms: u64) -> View<'_> {
+    pub fn view(&self, now_ms: u64, sessions: &mut impl Sessions) -> View<'_> {
         match self.extended() {
             None => {
-                let live = self.is_live(now_ms);
+                let live = now_ms < self.deadline_ms();
                 View {
                     mode: live.then_some(Mode::Exclusive),
                     holders: usize::from(live),
                     limit: None,
                     owner: None,
+                    session: None,
                 }
             }
             Some(holds) => {
-                let holders = holds.live(now_ms, self.deadline_ms());
-                let owner = match holds.mode() {
+                let holders = holds.live(now_ms, self.deadline_ms(), sessions);
+                let exclusive = match holds.mode() {
                     Mode::Exclusive if holders > 0 => holds
                         .iter()
-                        .find(|(_, g)| g.is_live(now_ms))
-                        .and_then(|(_, g)| g.owner.as_deref()),
+                        .find(|(_, g)| g.is_live(now_ms, sessions))
+                        .map(|(_, g)| g),
                     _ => None,
                 };
                 View {
                     mode: (holders > 0).then_some(holds.mode()),
                     holders,
                     limit: holds.limit(),
-                    owner,
+                    owner: exclusive.and_then(Grant::owner),
+                    session: exclusive.and_then(|g| g.session()).map(|b| &*b.key),
                 }
             }
         }
     }
 
-    /// The live holds, oldest grant first: `(fence, deadline, mode, owner)`.
-    pub fn live_holds(&self, now_ms: u64) -> Vec<LiveHold<'_>> {
+    /// The live holds, oldest grant first.
+    pub fn live_holds(&self, now_ms: u64, sessions: &mut impl Sessions) -> Vec<LiveHold<'_>> {
         match self.extended() {
             None => self
                 .holder()
@@ -682,18 +757,22 @@ impl Lease {
                     deadline_ms: h.deadline_ms,
                     mode: Mode::Exclusive,
                     owner: None,
+                    session: None,
                 })
                 .into_iter()
                 .collect(),
             Some(holds) => holds
                 .by_grant()
                 .into_iter()
-                .filter(|(_, g)| g.is_live(now_ms))
-                .map(|(_, g)| LiveHold {
-                    fence: g.fence,
-                    deadline_ms: g.deadline_ms,
-                    mode: holds.mode(),
-                    owner: g.owner.as_deref(),
+                .filter_map(|(_, g)| {
+                    let until = g.until(now_ms, sessions)?;
+                    Some(LiveHold {
+                        fence: g.fence,
+                        deadline_ms: until,
+                        mode: holds.mode(),
+                        owner: g.owner(),
+                        session: g.session().map(|b| &*b.key),
+                    })
                 })
                 .collect(),
         }
@@ -706,19 +785,83 @@ impl Lease {
             .map_or(0, Holds::len)
     }
 
+    /// Stored holds bound to a session (the `lease_bound_holds` gauge).
+    pub fn bound_holds(&self) -> usize {
+        self.extended().map_or(0, Holds::bound)
+    }
+
+    /// What a session's key says of its grant with `fence`: live (until
+    /// when), ended (when), or `None` when the key has no grant with that
+    /// fence any more.
+    pub fn session_state(&self, fence: u64, now_ms: u64) -> Option<SessionState> {
+        let deadline = match self.extended() {
+            None => self.holder().filter(|_| self.fence() == fence)?.deadline_ms,
+            Some(holds) => {
+                let (_, g) = holds.iter().find(|(_, g)| g.fence == fence)?;
+                if holds.mode() != Mode::Exclusive || g.session().is_some() {
+                    return None;
+                }
+                g.deadline_ms
+            }
+        };
+        Some(if now_ms < deadline {
+            SessionState::Live {
+                deadline_ms: deadline,
+            }
+        } else {
+            SessionState::Ended { at_ms: deadline }
+        })
+    }
+
+    /// Whether `token` holds a live exclusive hold fit to be a session:
+    /// its fence, or why not.
+    pub fn as_session(&self, token: &[u8], now_ms: u64) -> Result<u64, NotSession> {
+        match self.extended() {
+            None if self.held_by(token, now_ms) => Ok(self.fence()),
+            None => Err(NotSession::NoLiveSession),
+            Some(holds) => {
+                let grant = holds
+                    .get(token)
+                    .filter(|g| g.own_live(now_ms))
+                    .ok_or(NotSession::NoLiveSession)?;
+                if holds.mode() == Mode::Shared {
+                    Err(NotSession::Shared)
+                } else if grant.session().is_some() {
+                    Err(NotSession::Bound)
+                } else {
+                    Ok(grant.fence)
+                }
+            }
+        }
+    }
+
+    /// The next time the reaper must look: the earliest own deadline of a
+    /// hold, or the end of a lock-delay.
+    fn next_look(holds: &Holds) -> u64 {
+        let delay = Some(holds.delayed_until()).filter(|&d| d != 0);
+        match (holds.earliest(), delay) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(0),
+        }
+    }
+
     /// The earliest deadline of any hold after `deadline` moved to a new one.
     fn lower_earliest(&mut self, deadline_ms: u64) {
+        if deadline_ms == NO_DEADLINE {
+            return;
+        }
         let earliest = self.deadline_ms();
         if earliest == 0 || deadline_ms < earliest {
             self.set_deadline(deadline_ms);
         }
     }
 
-    /// Grants a hold on the terms asked (mode, limit, owner), or repeats the
-    /// grant to a token that holds it. `waiting` says clients wait for this
-    /// key; `queue_ahead` that one of them is ahead of this caller, who then
-    /// gets `Busy` for a hold the queue is owed. Returns the outcome and how
-    /// many expired holds the grant replaced.
+    /// Grants a hold on the terms asked (mode, limit, owner, session,
+    /// delay), or repeats the grant to a token that holds it. `waiting`
+    /// says clients wait for this key; `queue_ahead` that one of them is
+    /// ahead of this caller, who then gets `Busy` for a hold the queue is
+    /// owed. A `ttl_ms` of 0 (with a session) is no deadline of its own.
+    /// Also returns the holds that were not live and the grant replaced.
     #[allow(clippy::too_many_arguments)]
     pub fn acquire_on(
         &mut self,
@@ -730,8 +873,12 @@ impl Lease {
         queue_ahead: bool,
         max_holders: usize,
         fences: &mut FenceSequence,
-    ) -> Result<(Acquire, usize), Refused> {
-        let deadline_ms = now_ms.saturating_add(ttl_ms);
+        sessions: &mut impl Sessions,
+    ) -> Result<(Acquire, Replaced), Refused> {
+        let deadline_ms = match ttl_ms {
+            0 => NO_DEADLINE,
+            ttl => now_ms.saturating_add(ttl),
+        };
         if !self.is_extended() && terms.is_plain() {
             // A grant over a holder is a grant over an expired one.
             let had_holder = self.deadline().is_some();
@@ -739,53 +886,68 @@ impl Lease {
                 .acquire(token, ttl_ms, now_ms, queue_ahead, fences)
                 .map(|a| {
                     let replaced = had_holder && matches!(a, Acquire::Granted { .. });
-                    (a, usize::from(replaced))
+                    (a, Replaced::compact(replaced))
                 })
                 .map_err(|_| Refused::FenceExhausted);
         }
+        let binding = terms.session.map(|(key, fence)| Binding {
+            key: key.into(),
+            fence,
+        });
         // What the key is, read alike from either form: decided before any
         // change, so a refusal or a busy key is left exactly as it was.
-        let (mode, limit, live, own) = match self.extended() {
+        let (mode, limit, live, own, delayed) = match self.extended() {
             None => {
-                let live = self.is_live(now_ms);
-                let own = (live && self.holds(token)).then_some(self.fence());
-                (Mode::Exclusive, None, usize::from(live), own)
+                let live = now_ms < self.deadline_ms();
+                let own = (live && self.holds(token)).then(|| (self.fence(), None));
+                (Mode::Exclusive, None, usize::from(live), own, false)
             }
             Some(holds) => {
-                let own = holds.get(token).filter(|g| g.is_live(now_ms));
-                let live = holds.live(now_ms, self.deadline_ms());
-                (holds.mode(), holds.limit(), live, own.map(|g| g.fence))
+                let own = holds
+                    .get(token)
+                    .filter(|g| g.is_live(now_ms, sessions))
+                    .map(|g| (g.fence, g.session().cloned()));
+                let live = holds.live(now_ms, self.deadline_ms(), sessions);
+                let delayed = now_ms < holds.delay_end(now_ms, sessions);
+                (holds.mode(), holds.limit(), live, own, delayed)
             }
         };
-        if let Some(fence) = own {
+        if let Some((fence, bound_to)) = own {
             if mode != terms.mode {
                 return Err(Refused::OtherMode);
             }
             if limit != terms.limit {
                 return Err(Refused::LimitMismatch(limit));
             }
+            if binding.is_some() && binding != bound_to {
+                return Err(Refused::OtherSession);
+            }
+            if ttl_ms == 0 && bound_to.is_none() {
+                return Err(Refused::NoDeadlineUnbound);
+            }
             self.extend();
             if let Some(holds) = self.extended_mut() {
                 if let Some(mut grant) = holds.get(token).cloned() {
                     grant.deadline_ms = deadline_ms;
                     if let Some(owner) = terms.owner {
-                        grant.owner = Some(owner.into());
+                        grant.set_owner(owner);
                     }
                     holds.insert(token, grant);
                 }
             }
             self.lower_earliest(deadline_ms);
-            return Ok((Acquire::Retried { fence }, 0));
+            return Ok((Acquire::Retried { fence }, Replaced::default()));
         }
         if (live > 0 || waiting) && limit != terms.limit {
             return Err(Refused::LimitMismatch(limit));
         }
         let room = terms.limit.map_or(usize::MAX, |n| n as usize);
         let busy = queue_ahead
+            || delayed
             || (live > 0 && (mode == Mode::Exclusive || terms.mode == Mode::Exclusive))
             || live >= room;
         if busy {
-            return Ok((Acquire::Busy, 0));
+            return Ok((Acquire::Busy, Replaced::default()));
         }
         if live >= max_holders {
             return Err(Refused::TooManyHolders);
@@ -796,82 +958,142 @@ impl Lease {
         self.extend();
         // ok: `extend` just made the holds.
         let Some(holds) = self.extended_mut() else {
-            return Ok((Acquire::Busy, 0));
+            return Ok((Acquire::Busy, Replaced::default()));
         };
+        let replaced = match terms.mode {
+            Mode::Exclusive => holds.clear(),
+            Mode::Shared => holds
+                .remove(token)
+                .map(|grant| Hold {
+                    token: token.into(),
+                    grant,
+                })
+                .into_iter()
+                .collect(),
+        };
+        let replaced = Replaced::ended(replaced, now_ms, sessions);
+        holds.set_delayed_until(0);
         if terms.is_plain() {
             // Nothing beyond what version 1 keeps: back to the compact form.
-            let replaced = holds.len();
             self.set_fence(fence);
             self.set_holder(token, deadline_ms);
             return Ok((Acquire::Granted { fence }, replaced));
         }
-        let replaced = match terms.mode {
-            Mode::Exclusive => {
-                let all = holds.len();
-                holds.clear();
-                all
-            }
-            Mode::Shared => usize::from(holds.get(token).is_some()),
-        };
         holds.set_terms(terms.mode, terms.limit);
-        let grant = Grant {
+        let grant = Grant::with(
             fence,
             deadline_ms,
-            owner: terms.owner.map(Into::into),
-        };
+            terms.owner.map(Into::into),
+            binding,
+            terms.delay_ms,
+        );
         holds.insert(token, grant);
+        let next = Self::next_look(holds);
         self.set_fence(fence);
         if terms.mode == Mode::Exclusive {
-            self.set_deadline(deadline_ms);
+            self.set_deadline(next);
         } else {
             self.lower_earliest(deadline_ms);
         }
         Ok((Acquire::Granted { fence }, replaced))
     }
 
-    /// Removes every expired hold of an extended lease; returns their
-    /// tokens. The earliest deadline is then exact again.
-    pub fn prune(&mut self, now_ms: u64) -> Vec<Box<[u8]>> {
+    /// Removes every hold of an extended lease that is not live (its own
+    /// deadline passed, or its session ended); returns them with when each
+    /// ended. The next look is then exact again.
+    pub fn prune(&mut self, now_ms: u64, sessions: &mut impl Sessions) -> Vec<(Hold, u64)> {
         let Some(holds) = self.extended_mut() else {
             return Vec::new();
         };
-        let expired = holds.prune(now_ms);
-        let earliest = holds.earliest().unwrap_or(0);
-        self.set_deadline(earliest);
-        expired
+        let ended = holds.prune(now_ms, sessions);
+        if holds.delayed_until() <= now_ms {
+            holds.set_delayed_until(0);
+        }
+        let next = Self::next_look(holds);
+        self.set_deadline(next);
+        ended
+    }
+
+    /// Makes an extended lease's next look exact again: a release or a
+    /// renewal of the hold that had the earliest deadline leaves an earlier
+    /// one, which costs only a look too soon, until this.
+    pub fn refresh_earliest(&mut self) {
+        if let Some(holds) = self.extended() {
+            let next = Self::next_look(holds);
+            self.set_deadline(next);
+        }
     }
 
     /// A master's effect: `token`'s hold is `grant`, on the key's terms
-    /// `mode` and `limit` (an exclusive hold is the only one).
-    pub fn apply_hold(&mut self, token: &[u8], grant: Grant, mode: Mode, limit: Option<u32>) {
+    /// `mode` and `limit` (an exclusive hold is the only one). Returns the
+    /// holds it replaced.
+    pub fn apply_hold(
+        &mut self,
+        token: &[u8],
+        grant: Grant,
+        mode: Mode,
+        limit: Option<u32>,
+    ) -> Vec<Hold> {
         self.extend();
         let fence = self.fence().max(grant.fence);
         let deadline_ms = grant.deadline_ms;
+        let mut replaced = Vec::new();
         if let Some(holds) = self.extended_mut() {
             if mode == Mode::Exclusive {
-                holds.clear();
+                replaced = holds.clear();
+                replaced.retain(|h| *h.token != *token);
             }
             holds.set_terms(mode, limit);
-            holds.insert(token, grant);
+            holds.set_delayed_until(0);
+            if let Some(old) = holds.insert(token, grant) {
+                replaced.push(Hold {
+                    token: token.into(),
+                    grant: old,
+                });
+            }
         }
         self.set_fence(fence);
         if mode == Mode::Exclusive {
-            self.set_deadline(deadline_ms);
+            self.set_deadline(if deadline_ms == NO_DEADLINE {
+                0
+            } else {
+                deadline_ms
+            });
         } else {
             self.lower_earliest(deadline_ms);
         }
+        replaced
     }
 
-    /// A master's effect: these holds are gone (released or expired).
-    pub fn apply_drop<'a>(&mut self, tokens: impl IntoIterator<Item = &'a [u8]>) {
+    /// A master's effect: these holds are gone (released or ended); returns
+    /// them.
+    pub fn apply_drop<'a>(&mut self, tokens: impl IntoIterator<Item = &'a [u8]>) -> Vec<Hold> {
         let Some(holds) = self.extended_mut() else {
-            return;
+            return Vec::new();
         };
-        for token in tokens {
-            holds.remove(token);
-        }
+        let gone: Vec<Hold> = tokens
+            .into_iter()
+            .filter_map(|token| {
+                holds.remove(token).map(|grant| Hold {
+                    token: token.into(),
+                    grant,
+                })
+            })
+            .collect();
         if holds.is_empty() {
-            self.set_deadline(0);
+            let next = Self::next_look(holds);
+            self.set_deadline(next);
+        }
+        gone
+    }
+
+    /// A master's effect: no grant before `until_ms` (a lock-delay).
+    pub fn apply_delay(&mut self, until_ms: u64) {
+        self.extend();
+        if let Some(holds) = self.extended_mut() {
+            holds.set_delayed_until(until_ms);
+            let next = Self::next_look(holds);
+            self.set_deadline(next);
         }
     }
 
@@ -887,7 +1109,7 @@ impl Lease {
         fences: &mut FenceSequence,
     ) -> Result<Acquire, FenceExhausted> {
         let deadline_ms = now_ms.saturating_add(ttl_ms);
-        if self.is_live(now_ms) {
+        if now_ms < self.deadline_ms() {
             if !self.holds(token) {
                 return Ok(Acquire::Busy);
             }
@@ -905,25 +1127,51 @@ impl Lease {
         Ok(Acquire::Granted { fence })
     }
 
-    /// Moves the deadline of a live hold of `token` to `now + ttl`.
-    /// Never revives an expired one.
-    pub fn renew(&mut self, token: &[u8], ttl_ms: u64, now_ms: u64) -> bool {
-        if let Some(holds) = self.extended_mut() {
-            let deadline_ms = now_ms.saturating_add(ttl_ms);
-            let renewed = match holds.get(token) {
-                Some(g) if g.is_live(now_ms) => {
-                    let mut grant = g.clone();
-                    grant.deadline_ms = deadline_ms;
-                    holds.insert(token, grant);
-                    true
-                }
-                _ => false,
-            };
-            if renewed {
-                self.lower_earliest(deadline_ms);
+    /// Moves the deadline of a live hold of `token` to `now + ttl` (a
+    /// `ttl_ms` of 0: no deadline of its own, for a bound hold). Never
+    /// revives a hold that is not live.
+    pub fn renew_hold(
+        &mut self,
+        token: &[u8],
+        ttl_ms: u64,
+        now_ms: u64,
+        sessions: &mut impl Sessions,
+    ) -> Renew {
+        let Some(holds) = self.extended_mut() else {
+            if ttl_ms == 0 {
+                return match self.held_by(token, now_ms) {
+                    true => Renew::ZeroTtlUnbound,
+                    false => Renew::NotHeld,
+                };
             }
-            return renewed;
+            return match self.renew(token, ttl_ms, now_ms) {
+                true => Renew::Renewed,
+                false => Renew::NotHeld,
+            };
+        };
+        let deadline_ms = match ttl_ms {
+            0 => NO_DEADLINE,
+            ttl => now_ms.saturating_add(ttl),
+        };
+        let Some(mut grant) = holds
+            .get(token)
+            .filter(|g| g.is_live(now_ms, sessions))
+            .cloned()
+        else {
+            return Renew::NotHeld;
+        };
+        if ttl_ms == 0 && grant.session().is_none() {
+            return Renew::ZeroTtlUnbound;
         }
+        grant.deadline_ms = deadline_ms;
+        holds.insert(token, grant);
+        self.lower_earliest(deadline_ms);
+        Renew::Renewed
+    }
+
+    /// Moves the deadline of a live compact lease held by `token` to
+    /// `now + ttl`. Never revives an expired one.
+    fn renew(&mut self, token: &[u8], ttl_ms: u64, now_ms: u64) -> bool {
         let held = self.held_by(token, now_ms);
         if held {
             self.set_deadline(now_ms.saturating_add(ttl_ms));
@@ -931,28 +1179,36 @@ impl Lease {
         held
     }
 
-    /// Ends the live hold of `token`; other holds stay.
-    pub fn release(&mut self, token: &[u8], now_ms: u64) -> bool {
+    /// Ends the live hold of `token`, other holds staying; returns it.
+    pub fn release(
+        &mut self,
+        token: &[u8],
+        now_ms: u64,
+        sessions: &mut impl Sessions,
+    ) -> Option<Grant> {
         if let Some(holds) = self.extended_mut() {
-            let held = holds.get(token).is_some_and(|g| g.is_live(now_ms));
-            if held {
-                holds.remove(token);
-                if holds.is_empty() {
-                    self.set_deadline(0);
-                }
+            let held = holds
+                .get(token)
+                .is_some_and(|g| g.is_live(now_ms, sessions));
+            let gone = held.then(|| holds.remove(token)).flatten();
+            if holds.is_empty() {
+                let next = Self::next_look(holds);
+                self.set_deadline(next);
             }
-            return held;
+            return gone;
         }
         let held = self.held_by(token, now_ms);
         if held {
+            let grant = Grant::new(self.fence(), self.deadline_ms());
             self.set_holder(&[], 0);
+            return Some(grant);
         }
-        held
+        None
     }
 
     /// Every hold, for persistence: `None` for a compact lease (whose
     /// holder is `persisted_holder`).
-    pub fn persisted_holds(&self) -> Option<(Mode, Option<u32>, Vec<Hold>)> {
+    pub fn persisted_holds(&self) -> Option<Persisted> {
         let holds = self.extended()?;
         let list = holds
             .by_grant()
@@ -962,7 +1218,12 @@ impl Lease {
                 grant: g.clone(),
             })
             .collect();
-        Some((holds.mode(), holds.limit(), list))
+        Some(Persisted {
+            mode: holds.mode(),
+            limit: holds.limit(),
+            delayed_until: holds.delayed_until(),
+            holds: list,
+        })
     }
 
     /// Overwrites the state with values decided elsewhere (a master's effect,
@@ -1126,6 +1387,11 @@ pub fn tokens_equal(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::holds::Unbound;
+
+    fn renew(lease: &mut Lease, token: &[u8], ttl_ms: u64, now_ms: u64) -> bool {
+        lease.renew_hold(token, ttl_ms, now_ms, &mut Unbound) == Renew::Renewed
+    }
 
     const T0: u64 = 1_700_000_000_000;
 
@@ -1143,8 +1409,8 @@ mod tests {
         let fence = granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
         assert_eq!(fence, T0 * FENCES_PER_MS);
         assert_eq!(lease.fence(), fence);
-        assert_eq!(lease.state(T0), State::Held { ttl_ms: 1000 });
-        assert!(lease.is_live(T0));
+        assert_eq!(lease.state(T0, &mut Unbound), State::Held { ttl_ms: 1000 });
+        assert!(lease.is_live(T0, &mut Unbound));
         assert_eq!(lease.deadline(), Some(T0 + 1000));
     }
 
@@ -1155,7 +1421,10 @@ mod tests {
         let fence = granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
         let again = lease.acquire(b"a", 5000, T0 + 400, false, &mut seq);
         assert_eq!(again, Ok(Acquire::Retried { fence }));
-        assert_eq!(lease.state(T0 + 400), State::Held { ttl_ms: 5000 });
+        assert_eq!(
+            lease.state(T0 + 400, &mut Unbound),
+            State::Held { ttl_ms: 5000 }
+        );
         assert_eq!(seq.last(), fence, "a retry issues no fence");
     }
 
@@ -1177,10 +1446,13 @@ mod tests {
         let mut seq = FenceSequence::new();
         let mut lease = Lease::default();
         let first = granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
-        assert_eq!(lease.state(T0 + 999), State::Held { ttl_ms: 1 });
-        assert_eq!(lease.state(T0 + 1000), State::Free);
-        assert!(!lease.renew(b"a", 1000, T0 + 1000), "never revives");
-        assert!(!lease.release(b"a", T0 + 1000));
+        assert_eq!(
+            lease.state(T0 + 999, &mut Unbound),
+            State::Held { ttl_ms: 1 }
+        );
+        assert_eq!(lease.state(T0 + 1000, &mut Unbound), State::Free);
+        assert!(!renew(&mut lease, b"a", 1000, T0 + 1000), "never revives");
+        assert!(lease.release(b"a", T0 + 1000, &mut Unbound).is_none());
         let second = granted(lease.acquire(b"b", 1000, T0 + 1000, false, &mut seq));
         assert!(second > first);
     }
@@ -1200,7 +1472,11 @@ mod tests {
             let mut seq = FenceSequence::new();
             let mut lease = Lease::default();
             let fence = granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
-            assert_eq!(lease.renew(token, 300, at), expect, "{token:?} at {at}");
+            assert_eq!(
+                renew(&mut lease, token, 300, at),
+                expect,
+                "{token:?} at {at}"
+            );
             let want = if expect {
                 State::Held { ttl_ms: 300 }
             } else if at < T0 + 1000 {
@@ -1210,7 +1486,7 @@ mod tests {
             } else {
                 State::Free
             };
-            assert_eq!(lease.state(at), want);
+            assert_eq!(lease.state(at, &mut Unbound), want);
             assert_eq!(lease.fence(), fence, "renew keeps the fence");
         }
     }
@@ -1220,11 +1496,17 @@ mod tests {
         let mut seq = FenceSequence::new();
         let mut lease = Lease::default();
         granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
-        assert!(!lease.release(b"b", T0 + 1));
-        assert_eq!(lease.state(T0 + 1), State::Held { ttl_ms: 999 });
-        assert!(lease.release(b"a", T0 + 1));
-        assert_eq!(lease.state(T0 + 1), State::Free);
-        assert!(!lease.release(b"a", T0 + 2), "a second release is a no-op");
+        assert!(lease.release(b"b", T0 + 1, &mut Unbound).is_none());
+        assert_eq!(
+            lease.state(T0 + 1, &mut Unbound),
+            State::Held { ttl_ms: 999 }
+        );
+        assert!(lease.release(b"a", T0 + 1, &mut Unbound).is_some());
+        assert_eq!(lease.state(T0 + 1, &mut Unbound), State::Free);
+        assert!(
+            lease.release(b"a", T0 + 2, &mut Unbound).is_none(),
+            "a second release is a no-op"
+        );
     }
 
     #[test]
@@ -1233,7 +1515,7 @@ mod tests {
         let mut fences = Vec::new();
         let mut lease = Lease::default();
         fences.push(granted(lease.acquire(b"a", 10, T0, false, &mut seq)));
-        assert!(lease.release(b"a", T0));
+        assert!(lease.release(b"a", T0, &mut Unbound).is_some());
         fences.push(granted(lease.acquire(b"b", 10, T0, false, &mut seq)));
         // expiry
         fences.push(granted(lease.acquire(b"c", 10, T0 + 10, false, &mut seq)));
@@ -1345,7 +1627,7 @@ mod tests {
             lease.acquire(b"a", 1000, T0 + 1, true, &mut seq),
             Ok(Acquire::Retried { .. })
         ));
-        assert!(lease.release(b"a", T0 + 1));
+        assert!(lease.release(b"a", T0 + 1, &mut Unbound).is_some());
         assert_eq!(
             lease.acquire(b"late", 1000, T0 + 1, true, &mut seq),
             Ok(Acquire::Busy),
@@ -1487,7 +1769,7 @@ mod tests {
         cases.extend(token_cases().into_iter().rev());
         for (now, (token, on_heap)) in (T0..).zip(cases) {
             let fence = granted(lease.acquire(&token, 100, now, false, &mut seq));
-            assert!(lease.is_live(now));
+            assert!(lease.is_live(now, &mut Unbound));
             let h = lease.holder().expect("held");
             assert_eq!((&h.token[..], h.deadline_ms), (&token[..], now + 100));
             assert_eq!(lease.fence(), fence);
@@ -1502,13 +1784,13 @@ mod tests {
             let copy = lease.clone();
             assert_eq!(copy, lease);
             assert!(
-                lease.renew(&token, 100, now),
+                renew(&mut lease, &token, 100, now),
                 "the stored form compares equal"
             );
             let mut other = token.clone();
             other[token.len() - 1] ^= 1;
-            assert!(!lease.renew(&other, 100, now), "one byte off");
-            assert!(lease.release(&token, now));
+            assert!(!renew(&mut lease, &other, 100, now), "one byte off");
+            assert!(lease.release(&token, now, &mut Unbound).is_some());
             assert_eq!(persisted(&lease), (0, Vec::new()));
             assert_eq!(lease.fence(), fence, "release keeps the fence");
         }
@@ -1547,7 +1829,7 @@ mod tests {
         granted(lease.acquire(b"a", 1000, T0, false, &mut seq));
         assert_eq!(lease.index_mark(), None, "a new grant is not indexed yet");
         lease.set_index_mark(Some(T0 + 1000));
-        assert!(lease.renew(b"a", 60_000, T0 + 500));
+        assert!(renew(&mut lease, b"a", 60_000, T0 + 500));
         assert_eq!(
             lease.index_mark(),
             Some(T0 + 1000),
@@ -1562,11 +1844,11 @@ mod tests {
         lease.set_index_mark(Some(T0 + 600 + 90_001));
         assert_eq!(lease.index_mark(), None);
         lease.set_index_mark(Some(T0 + 1000));
-        assert!(lease.renew(b"a", 3_600_000, T0 + 700));
+        assert!(renew(&mut lease, b"a", 3_600_000, T0 + 700));
         assert_eq!(lease.index_mark(), None, "17+ minutes past the entry");
         lease.set_index_mark(Some(T0 + 700 + 3_600_000));
         assert_eq!(lease.clone().index_mark(), None, "a copy is not indexed");
-        assert!(lease.release(b"a", T0 + 800));
+        assert!(lease.release(b"a", T0 + 800, &mut Unbound).is_some());
         assert_eq!(lease.index_mark(), None);
     }
 
@@ -1575,7 +1857,10 @@ mod tests {
         let mut seq = FenceSequence::new();
         let mut lease = Lease::default();
         granted(lease.acquire(b"a", MAX_TTL_MS, T0, false, &mut seq));
-        assert_eq!(lease.state(T0), State::Held { ttl_ms: MAX_TTL_MS });
+        assert_eq!(
+            lease.state(T0, &mut Unbound),
+            State::Held { ttl_ms: MAX_TTL_MS }
+        );
     }
 
     // ---- Shared and labelled holds ----
@@ -1584,6 +1869,8 @@ mod tests {
         mode: Mode::Shared,
         limit: None,
         owner: None,
+        session: None,
+        delay_ms: 0,
     };
 
     fn shared(limit: u32) -> Terms<'static> {
@@ -1601,7 +1888,17 @@ mod tests {
         fences: &mut FenceSequence,
     ) -> Result<Acquire, Refused> {
         lease
-            .acquire_on(token, 1000, terms, now, false, false, 10_000, fences)
+            .acquire_on(
+                token,
+                1000,
+                terms,
+                now,
+                false,
+                false,
+                10_000,
+                fences,
+                &mut Unbound,
+            )
             .map(|(a, _)| a)
     }
 
@@ -1746,7 +2043,7 @@ mod tests {
         }
         assert!(seen.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(lease.fence(), seen[2]);
-        let holds = lease.live_holds(T0 + 10);
+        let holds = lease.live_holds(T0 + 10, &mut Unbound);
         assert_eq!(holds.iter().map(|h| h.fence).collect::<Vec<_>>(), seen);
         assert_eq!(holds[1].deadline_ms, T0 + 1 + 1000);
         // The retry keeps its fence and moves only its own deadline.
@@ -1754,27 +2051,30 @@ mod tests {
             on(&mut lease, b"a", SHARED, T0 + 500, &mut fences),
             Ok(Acquire::Retried { fence: seen[0] })
         );
-        let holds = lease.live_holds(T0 + 10);
+        let holds = lease.live_holds(T0 + 10, &mut Unbound);
         assert_eq!(holds[0].deadline_ms, T0 + 1500);
         assert_eq!(holds[1].deadline_ms, T0 + 1001);
-        assert_eq!(lease.state(T0 + 10), State::Held { ttl_ms: 1490 });
+        assert_eq!(
+            lease.state(T0 + 10, &mut Unbound),
+            State::Held { ttl_ms: 1490 }
+        );
     }
 
     #[test]
     fn renew_and_release_act_on_one_hold() {
         let mut fences = FenceSequence::new();
         let mut lease = key_with(&[(b"a", SHARED), (b"b", SHARED)], &mut fences);
-        assert!(lease.renew(b"a", 5000, T0 + 100));
-        assert!(!lease.renew(b"zz", 5000, T0 + 100));
-        assert!(lease.release(b"b", T0 + 100));
-        assert!(!lease.release(b"b", T0 + 100));
-        assert_eq!(lease.view(T0 + 100).holders, 1);
+        assert!(renew(&mut lease, b"a", 5000, T0 + 100));
+        assert!(!renew(&mut lease, b"zz", 5000, T0 + 100));
+        assert!(lease.release(b"b", T0 + 100, &mut Unbound).is_some());
+        assert!(lease.release(b"b", T0 + 100, &mut Unbound).is_none());
+        assert_eq!(lease.view(T0 + 100, &mut Unbound).holders, 1);
         // b is gone; a lives to T0 + 5100.
-        assert!(!lease.renew(b"b", 10, T0 + 200));
-        assert!(lease.is_live(T0 + 5099));
-        assert!(!lease.is_live(T0 + 5100));
-        assert!(!lease.renew(b"a", 10, T0 + 5100), "never revives");
-        assert!(lease.release(b"a", T0 + 5099));
+        assert!(!renew(&mut lease, b"b", 10, T0 + 200));
+        assert!(lease.is_live(T0 + 5099, &mut Unbound));
+        assert!(!lease.is_live(T0 + 5100, &mut Unbound));
+        assert!(!renew(&mut lease, b"a", 10, T0 + 5100), "never revives");
+        assert!(lease.release(b"a", T0 + 5099, &mut Unbound).is_some());
         assert_eq!(lease.deadline(), None);
     }
 
@@ -1782,21 +2082,23 @@ mod tests {
     fn expired_holds_free_their_place_and_the_reaper_takes_them() {
         let mut fences = FenceSequence::new();
         let mut lease = key_with(&[(b"a", shared(2))], &mut fences);
-        assert!(lease.renew(b"a", 10, T0));
+        assert!(renew(&mut lease, b"a", 10, T0));
         assert!(matches!(
             on(&mut lease, b"b", shared(2), T0 + 1, &mut fences),
             Ok(Acquire::Granted { .. })
         ));
-        assert_eq!(lease.view(T0 + 5).holders, 2);
+        assert_eq!(lease.view(T0 + 5, &mut Unbound).holders, 2);
         assert_eq!(lease.deadline(), Some(T0 + 10), "the earliest deadline");
         assert!(lease.has_expired_hold(T0 + 10));
-        assert_eq!(lease.view(T0 + 10).holders, 1);
+        assert_eq!(lease.view(T0 + 10, &mut Unbound).holders, 1);
         // The expired hold makes room at once, before any reaping.
         assert!(matches!(
             on(&mut lease, b"c", shared(2), T0 + 10, &mut fences),
             Ok(Acquire::Granted { .. })
         ));
-        assert_eq!(lease.prune(T0 + 10), vec![Box::from(&b"a"[..])]);
+        let pruned = lease.prune(T0 + 10, &mut Unbound);
+        assert_eq!(pruned.len(), 1);
+        assert_eq!((&*pruned[0].0.token, pruned[0].1), (&b"a"[..], T0 + 10));
         assert_eq!(lease.deadline(), Some(T0 + 1001));
         assert!(!lease.has_expired_hold(T0 + 10));
         // Once no hold is live the key forgets its limit and mode.
@@ -1804,7 +2106,21 @@ mod tests {
             on(&mut lease, b"d", shared(9), T0 + 3000, &mut fences),
             Ok(Acquire::Granted { .. })
         ));
-        assert_eq!(lease.view(T0 + 3000).limit, Some(9));
+        assert_eq!(lease.view(T0 + 3000, &mut Unbound).limit, Some(9));
+    }
+
+    #[test]
+    fn the_earliest_deadline_is_made_exact_again() {
+        let mut fences = FenceSequence::new();
+        let mut lease = key_with(&[(b"a", SHARED), (b"b", SHARED)], &mut fences);
+        assert!(renew(&mut lease, b"a", 10, T0));
+        assert!(renew(&mut lease, b"b", 5000, T0));
+        assert!(lease.release(b"a", T0 + 1, &mut Unbound).is_some());
+        // Left at a's deadline: a look too soon, never too late.
+        assert_eq!(lease.deadline(), Some(T0 + 10));
+        assert!(!lease.has_expired_hold(T0 + 10));
+        lease.refresh_earliest();
+        assert_eq!(lease.deadline(), Some(T0 + 5000));
     }
 
     #[test]
@@ -1815,7 +2131,17 @@ mod tests {
         // A waiter ahead: no new hold, shared or not; a retry still renews.
         let ahead = |lease: &mut Lease, token: &[u8], fences: &mut FenceSequence| {
             lease
-                .acquire_on(token, 1000, SHARED, T0 + 1, true, true, 10_000, fences)
+                .acquire_on(
+                    token,
+                    1000,
+                    SHARED,
+                    T0 + 1,
+                    true,
+                    true,
+                    10_000,
+                    fences,
+                    &mut Unbound,
+                )
                 .map(|(a, _)| a)
         };
         assert_eq!(ahead(&mut lease, b"b", &mut fences), Ok(Acquire::Busy));
@@ -1824,15 +2150,45 @@ mod tests {
             ahead(&mut lease, b"a", &mut fences),
             Ok(Acquire::Retried { .. })
         ));
-        let capped = lease.acquire_on(b"c", 1000, SHARED, T0 + 1, false, false, 1, &mut fences);
+        let capped = lease.acquire_on(
+            b"c",
+            1000,
+            SHARED,
+            T0 + 1,
+            false,
+            false,
+            1,
+            &mut fences,
+            &mut Unbound,
+        );
         assert_eq!(capped, Err(Refused::TooManyHolders));
         // The limit is kept while clients wait, even with no hold left.
         let mut lease = key_with(&[(b"a", shared(2))], &mut fences);
-        assert!(lease.release(b"a", T0 + 1));
-        let waiting = lease.acquire_on(b"w", 1000, SHARED, T0 + 2, true, false, 10, &mut fences);
+        assert!(lease.release(b"a", T0 + 1, &mut Unbound).is_some());
+        let waiting = lease.acquire_on(
+            b"w",
+            1000,
+            SHARED,
+            T0 + 2,
+            true,
+            false,
+            10,
+            &mut fences,
+            &mut Unbound,
+        );
         assert_eq!(waiting, Err(Refused::LimitMismatch(Some(2))));
-        let waiting = lease.acquire_on(b"w", 1000, shared(2), T0 + 2, true, false, 10, &mut fences);
-        assert!(matches!(waiting, Ok((Acquire::Granted { .. }, 0))));
+        let waiting = lease.acquire_on(
+            b"w",
+            1000,
+            shared(2),
+            T0 + 2,
+            true,
+            false,
+            10,
+            &mut fences,
+            &mut Unbound,
+        );
+        assert!(matches!(waiting, Ok((Acquire::Granted { .. }, _))));
     }
 
     #[test]
@@ -1840,19 +2196,51 @@ mod tests {
         let mut fences = FenceSequence::new();
         let mut lease = key_with(&[(b"a", SHARED), (b"b", SHARED)], &mut fences);
         let after = T0 + 1000;
-        let got = lease.acquire_on(b"x", 50, Terms::PLAIN, after, false, false, 10, &mut fences);
-        assert!(matches!(got, Ok((Acquire::Granted { .. }, 2))));
+        let got = lease.acquire_on(
+            b"x",
+            50,
+            Terms::PLAIN,
+            after,
+            false,
+            false,
+            10,
+            &mut fences,
+            &mut Unbound,
+        );
+        assert!(matches!(
+            got,
+            Ok((Acquire::Granted { .. }, Replaced { count: 2, .. }))
+        ));
         assert!(!lease.is_extended());
         assert_eq!(lease.shared_holds(), 0);
         let owned = Terms {
             owner: Some(b"host-1"),
             ..Terms::PLAIN
         };
-        let got = lease.acquire_on(b"y", 50, owned, after + 50, false, false, 10, &mut fences);
-        assert!(matches!(got, Ok((Acquire::Granted { .. }, 1))));
+        let got = lease.acquire_on(
+            b"y",
+            50,
+            owned,
+            after + 50,
+            false,
+            false,
+            10,
+            &mut fences,
+            &mut Unbound,
+        );
+        assert!(matches!(
+            got,
+            Ok((Acquire::Granted { .. }, Replaced { count: 1, .. }))
+        ));
         assert!(lease.is_extended());
-        assert_eq!(lease.view(after + 50).owner, Some(&b"host-1"[..]));
-        assert_eq!(lease.view(after + 50).mode, Some(Mode::Exclusive));
+        assert_eq!(
+            lease.view(after + 50, &mut Unbound).owner,
+            Some(&b"host-1"[..])
+        );
+        assert_eq!(
+            lease.view(after + 50, &mut Unbound).mode,
+            Some(Mode::Exclusive)
+        );
     }
 
     #[test]
@@ -1860,23 +2248,19 @@ mod tests {
         let mut fences = FenceSequence::new();
         let master = key_with(&[(b"a", shared(3)), (b"b", shared(3))], &mut fences);
         let mut replica = Lease::default();
-        let (mode, limit, holds) = master.persisted_holds().expect("extended");
-        for hold in holds {
-            replica.apply_hold(&hold.token, hold.grant, mode, limit);
+        let whole = master.persisted_holds().expect("extended");
+        for hold in whole.holds {
+            replica.apply_hold(&hold.token, hold.grant, whole.mode, whole.limit);
         }
         assert_eq!(replica, master);
         let mut master = master;
-        assert!(master.release(b"a", T0 + 1));
+        assert!(master.release(b"a", T0 + 1, &mut Unbound).is_some());
         replica.apply_drop([&b"a"[..]]);
         assert_eq!(replica, master);
         // An exclusive hold is the only one.
-        let grant = Grant {
-            fence: master.fence() + 1,
-            deadline_ms: T0 + 99,
-            owner: None,
-        };
+        let grant = Grant::new(master.fence() + 1, T0 + 99);
         replica.apply_hold(b"x", grant, Mode::Exclusive, None);
-        assert_eq!(replica.live_holds(T0).len(), 1);
+        assert_eq!(replica.live_holds(T0, &mut Unbound).len(), 1);
         assert_eq!(replica.fence(), master.fence() + 1);
         // The version 1 form puts the compact lease back.
         replica.apply(None, 7);
@@ -1890,7 +2274,7 @@ mod tests {
         let lease = key_with(&[(b"a", SHARED), (b"b", SHARED)], &mut fences);
         let copy = lease.clone();
         drop(lease);
-        assert_eq!(copy.live_holds(T0).len(), 2);
+        assert_eq!(copy.live_holds(T0, &mut Unbound).len(), 2);
         assert_eq!(copy.shared_holds(), 2);
         assert!(copy.heap_size() > 0);
     }

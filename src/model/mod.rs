@@ -10,3 +10,4 @@ pub mod error;
 pub mod holds;
 pub mod index;
 pub mod lease;
+pub mod sessions;

@@ -6,7 +6,7 @@ pub const TOKEN_ERR: &str = "ERR token must be 1 to 256 bytes";
 pub const BLOCK_ERR: &str =
     "ERR BLOCK timeout must be an integer from 0 to 1099511627776 (milliseconds)";
 pub const SYNTAX_ERR: &str =
-    "ERR syntax error: LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout] [SHARED [LIMIT n]] [OWNER label]";
+    "ERR syntax error: LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout] [SHARED [LIMIT n]] [SESSION session-key session-token] [OWNER label] [DELAY ms]";
 pub const FENCE_ERR: &str = "ERR fence must be an integer from 0 to 9007199254740991";
 pub const NESTED_ERR: &str = "ERR LEASE.FENCE cannot run LEASE commands";
 pub const UNKNOWN_INNER_ERR: &str = "ERR LEASE.FENCE: unknown inner command";
@@ -18,4 +18,16 @@ pub fn forbidden(name: &str) -> String {
     format!(
         "ERR LEASE.FENCE cannot run '{name}': blocking, scripting, transaction, admin and dangerous commands are not allowed"
     )
+}
+
+pub const LIMIT_ERR: &str = "ERR LIMIT must be an integer from 1 to 1000000";
+pub const OTHER_MODE_ERR: &str = "ERR this token holds the lease in the other mode";
+pub const MAX_HOLDERS_ERR: &str = "ERR too many holders for this key (see lease.max-holders)";
+pub const OWNER_ERR: &str = "ERR OWNER must be 1 to 128 bytes without control characters";
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// `ERR LIMIT does not match this lease's limit <m|none>`.
+pub fn limit_mismatch(limit: Option<u64>) -> String {
+    let shown = limit.map_or_else(|| "none".to_string(), |n| n.to_string());
+    format!("ERR LIMIT does not match this lease's limit {shown}")
 }

@@ -12,7 +12,8 @@
 //! The module a server loads is built at most once per test run and is never older than
 //! its sources (`module_path`). The submodules hold the one set of helpers every test
 //! file uses: `calls` (commands and their replies), `reply` (reading replies), `lease`
-//! (`LEASE.INFO`, `INFO lease`, DUMP payloads), `rdb` (the module-value encoder, shared
+//! (`LEASE.INFO`, `INFO lease`, DUMP payloads), `holds` (version 2: shared holds,
+//! the ten-field `LEASE.INFO`, `LEASE.HOLDERS`), `rdb` (the module-value encoder, shared
 //! with fuzz/), `waiter` (blocked clients), `errors`, and `cluster`.
 
 #![allow(dead_code)]
@@ -1079,6 +1080,7 @@ pub fn repl_offset(server: &Server) -> u64 {
 pub mod calls;
 pub mod cluster;
 pub mod errors;
+pub mod holds;
 pub mod lease;
 pub mod rdb;
 pub mod reply;

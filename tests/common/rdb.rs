@@ -158,14 +158,14 @@ impl Body {
         self
     }
 
-    /// A compact lease-key value (encoding 2) as the module saves it.
+    /// A compact lease-key value (encoding 3, as 2) as the module saves it.
     pub fn lease(fence: u64, deadline: u64, token: &[u8]) -> Body {
-        Body::new("lease-key", 2).lease_fields(fence, deadline, token)
+        Body::new("lease-key", 3).lease_fields(fence, deadline, token)
     }
 
-    /// A fence-rec value (encoding 2, the same as 1) as the module saves it.
+    /// A fence-rec value (encoding 3, the same as 1) as the module saves it.
     pub fn record(highest: u64) -> Body {
-        Body::new("fence-rec", 2).unsigned(highest).eof()
+        Body::new("fence-rec", 3).unsigned(highest).eof()
     }
 
     /// After the module id: fence, deadline, token, (encoding 2: the compact marker,)
@@ -173,7 +173,8 @@ impl Body {
     pub fn lease_fields(self, fence: u64, deadline: u64, token: &[u8]) -> Body {
         let encver = self.module_id() & 1023;
         let body = self.raw(&encode_lease(fence, deadline, token));
-        // Encoding 2 marks a compact lease (version 1's fields and nothing more).
+        // Encodings 2 and 3 mark a compact lease (version 1's fields and nothing
+        // more).
         let body = if encver >= 2 { body.unsigned(0) } else { body };
         body.eof()
     }

@@ -1,0 +1,245 @@
+//! Sessions in the keyspace: whether a bound hold's session is live (read
+//! from the session's key), the bound-hold index kept in step with every
+//! change, and a session's end noted wherever it happens.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::keyspace::state::{self, STATS};
+use crate::model::error::{self, Message};
+use crate::model::holds::{Binding, Hold, SessionState, Sessions};
+use crate::model::lease::{Lease, NotSession, Replaced};
+use crate::model::sessions::BoundIndex;
+use crate::rm::{self, Ctx, Key, OwnedString, RString, Slot};
+
+/// Answers for bound holds in the selected database by looking at their
+/// session keys, each once per command. Costs nothing until asked: the
+/// leases without bound holds never ask.
+pub struct Lookup {
+    ctx: Ctx,
+    now_ms: u64,
+    seen: Option<HashMap<Binding, SessionState>>,
+}
+
+impl Lookup {
+    pub fn new(ctx: Ctx, now_ms: u64) -> Self {
+        Self {
+            ctx,
+            now_ms,
+            seen: None,
+        }
+    }
+
+    fn look(&self, binding: &Binding) -> SessionState {
+        let name = OwnedString::new(self.ctx, &binding.key);
+        let found = Key::open_read(self.ctx, name.as_ptr()).and_then(|mut key| {
+            match key.value::<Lease>() {
+                Slot::Ours(lease) => lease.session_state(binding.fence, self.now_ms),
+                _ => None,
+            }
+        });
+        found.unwrap_or_else(|| {
+            let at_ms = state::bound()
+                .ended_at(rm::selected_db(self.ctx), &binding.key, binding.fence)
+                .unwrap_or(0);
+            SessionState::Ended { at_ms }
+        })
+    }
+}
+
+impl Sessions for Lookup {
+    fn state(&mut self, binding: &Binding) -> SessionState {
+        if let Some(known) = self.seen.as_ref().and_then(|seen| seen.get(binding)) {
+            return *known;
+        }
+        let found = self.look(binding);
+        self.seen
+            .get_or_insert_with(HashMap::new)
+            .insert(binding.clone(), found);
+        found
+    }
+}
+
+/// Whether any hold is bound to a session on this node: until one is,
+/// nothing here costs the commands more than this read.
+static ANY_BOUND: AtomicBool = AtomicBool::new(false);
+
+pub fn any_bound() -> bool {
+    ANY_BOUND.load(Ordering::Relaxed)
+}
+
+fn note_count(index: &BoundIndex) {
+    ANY_BOUND.store(index.holds() > 0, Ordering::Relaxed);
+}
+
+/// The bound holds of `holds` on `key` are gone.
+pub fn unbind<'a>(db: i32, key: &[u8], holds: impl IntoIterator<Item = &'a Hold>) {
+    let mut bound = holds
+        .into_iter()
+        .filter_map(|h| h.grant.session())
+        .peekable();
+    if bound.peek().is_none() {
+        return;
+    }
+    let mut index = state::bound();
+    bound.for_each(|binding| index.unbind(db, key, binding));
+    note_count(&index);
+}
+
+/// One bound hold on `key` is gone.
+pub fn unbind_one(db: i32, key: &[u8], binding: &Binding) {
+    let mut index = state::bound();
+    index.unbind(db, key, binding);
+    note_count(&index);
+}
+
+/// `binding`'s session has one more hold bound, on `key`.
+pub fn bind(db: i32, key: &[u8], binding: &Binding) {
+    let mut index = state::bound();
+    index.bind(db, key, binding);
+    note_count(&index);
+}
+
+/// Forgets a database's bound holds (`FLUSHDB`), or all (`FLUSHALL`).
+pub fn forget(db: Option<i32>) {
+    let mut index = state::bound();
+    index.forget(db);
+    note_count(&index);
+}
+
+/// Every bound hold of a lease value on `key` (one that arrived, or a
+/// rescan).
+pub fn bind_all(db: i32, key: &[u8], lease: &Lease) {
+    if lease.bound_holds() == 0 {
+        return;
+    }
+    let Some(holds) = lease.extended() else {
+        return;
+    };
+    let mut index = state::bound();
+    for binding in holds.iter().filter_map(|(_, g)| g.session()) {
+        index.bind(db, key, binding);
+    }
+    note_count(&index);
+}
+
+/// Every bound hold of a lease value leaving `key` (unlink).
+pub fn unbind_all(db: i32, key: &[u8], lease: &Lease) {
+    if lease.bound_holds() == 0 {
+        return;
+    }
+    let Some(holds) = lease.extended() else {
+        return;
+    };
+    let mut index = state::bound();
+    for binding in holds.iter().filter_map(|(_, g)| g.session()) {
+        index.unbind(db, key, binding);
+    }
+    note_count(&index);
+}
+
+/// The session granted on `key` with `fence` ended at `at_ms` (released,
+/// expired, deleted, overwritten, moved away). Its bound holds are free
+/// from now on by `Lookup`; here the end is noted, clients waiting on bound
+/// keys are offered them at once, and on a primary the keys go to the
+/// reaper. Safe from any callback: it only notes and queues.
+pub fn ended(ctx: Ctx, db: i32, key: &[u8], fence: u64, at_ms: u64) {
+    if !any_bound() {
+        return;
+    }
+    let queue = state::is_primary();
+    let waiting = {
+        let waiters = state::waiters();
+        if waiters.is_empty() {
+            Vec::new()
+        } else {
+            waiters.keys(db)
+        }
+    };
+    let mut woken = Vec::new();
+    {
+        let mut index = state::bound();
+        let Some(keys) = index.end(db, key, fence, at_ms, queue) else {
+            return;
+        };
+        for (d, k) in waiting {
+            if keys.contains_key(&k) {
+                woken.push((d, k));
+            }
+        }
+    }
+    for (d, k) in woken {
+        state::wake_later(ctx, d, &k);
+    }
+}
+
+/// A lease value's session grant, if it can be one: its fence and
+/// deadline.
+pub fn session_grant(lease: &Lease) -> Option<(u64, u64)> {
+    match lease.extended() {
+        None => lease.deadline().map(|d| (lease.fence(), d)),
+        Some(holds) => {
+            let mut all = holds.iter();
+            let (_, grant) = all.next()?;
+            let single = all.next().is_none();
+            let exclusive = holds.mode() == crate::model::holds::Mode::Exclusive;
+            (single && exclusive && grant.session().is_none())
+                .then_some((grant.fence, grant.deadline_ms))
+        }
+    }
+}
+
+/// Counts the bound holds a session's end freed.
+pub fn count_session_expiries(n: usize) {
+    state::add(&STATS.session_expiries, n as u64);
+}
+
+/// The session an ACQUIRE names: the fence of `session_token`'s live
+/// exclusive grant on `session`, or the error to answer.
+pub fn resolve(
+    ctx: Ctx,
+    key: RString,
+    session: RString,
+    session_token: &[u8],
+    now_ms: u64,
+) -> Result<u64, Message> {
+    if rm::bytes(&key) == rm::bytes(&session) {
+        return Err(Message::Fixed(error::SESSION_SELF));
+    }
+    let no_session = || Message::Formatted(error::no_live_session(rm::bytes(&session)));
+    let mut open = Key::open_read(ctx, session).ok_or_else(no_session)?;
+    let Slot::Ours(lease) = open.value::<Lease>() else {
+        return Err(no_session());
+    };
+    lease
+        .as_session(session_token, now_ms)
+        .map_err(|why| match why {
+            NotSession::NoLiveSession => no_session(),
+            NotSession::Shared => Message::Fixed(error::SESSION_SHARED),
+            NotSession::Bound => Message::Fixed(error::SESSION_BOUND),
+        })
+}
+
+/// A grant replaced holds that were not live: they leave the session
+/// index; if the key's own grant was a session (`ending`, read before the
+/// grant), that session ended at its deadline; a lock-delay they carried
+/// has run its course and is counted.
+pub fn replaced(ctx: Ctx, key: RString, replaced: &Replaced, ending: Option<(u64, u64)>) {
+    if replaced.count == 0 {
+        return;
+    }
+    let db = rm::selected_db(ctx);
+    let name = rm::bytes(&key);
+    if any_bound() {
+        unbind(db, name, replaced.holds.iter().map(|(h, _)| h));
+        if let Some((fence, deadline)) = ending {
+            ended(ctx, db, name, fence, deadline);
+        }
+    }
+    let delays = replaced
+        .holds
+        .iter()
+        .filter(|(h, _)| h.grant.delay_ms() > 0)
+        .count();
+    state::add(&STATS.delays, delays as u64);
+}

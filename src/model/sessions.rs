@@ -1,0 +1,283 @@
+//! Which keys hold holds bound to which session: the index a session's end
+//! is carried out with. Rebuilt from the keyspace (every bound hold names
+//! its session), bounded by the holds it counts: an entry lives while a
+//! hold is bound to it.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::model::holds::Binding;
+
+/// A session: database, session key, the fence of its grant.
+pub type SessionId = (i32, Box<[u8]>, u64);
+
+#[derive(Debug, Default)]
+struct Bound {
+    /// Holds bound to the session.
+    total: u64,
+    /// The keys that hold them, with how many each (empty once the
+    /// session ended and its keys went to the reaper's queue).
+    keys: HashMap<Box<[u8]>, u32>,
+    /// When the session ended, once it has.
+    ended_at: Option<u64>,
+}
+
+/// A session that ended, with the keys whose bound holds are to be
+/// reaped, a batch at a time.
+#[derive(Debug)]
+pub struct Ended {
+    pub db: i32,
+    pub session: Box<[u8]>,
+    /// Whether its `lease.session-end` was announced.
+    pub announced: bool,
+    keys: Keys,
+}
+
+#[derive(Debug)]
+enum Keys {
+    /// As the index had them: moved, not copied, when the session ended.
+    Map(HashMap<Box<[u8]>, u32>),
+    List(Vec<Box<[u8]>>),
+}
+
+impl Ended {
+    /// Up to `n` keys to visit next; empty when done.
+    pub fn next_keys(&mut self, n: usize) -> Vec<Box<[u8]>> {
+        if let Keys::Map(map) = &mut self.keys {
+            self.keys = Keys::List(std::mem::take(map).into_keys().collect());
+        }
+        match &mut self.keys {
+            Keys::List(list) => {
+                let from = list.len().saturating_sub(n);
+                list.split_off(from)
+            }
+            Keys::Map(_) => Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct BoundIndex {
+    sessions: HashMap<SessionId, Bound>,
+    /// Sessions that ended with bound holds, for the reaper (primary).
+    ended: VecDeque<Ended>,
+    holds: u64,
+}
+
+fn id(db: i32, binding: &Binding) -> SessionId {
+    (db, binding.key.clone(), binding.fence)
+}
+
+impl BoundIndex {
+    /// A hold on `key` is bound to `binding`'s session.
+    pub fn bind(&mut self, db: i32, key: &[u8], binding: &Binding) {
+        let bound = self.sessions.entry(id(db, binding)).or_default();
+        bound.total += 1;
+        if bound.ended_at.is_none() {
+            *bound.keys.entry(key.into()).or_default() += 1;
+        }
+        self.holds += 1;
+    }
+
+    /// A hold on `key` bound to `binding`'s session is gone.
+    pub fn unbind(&mut self, db: i32, key: &[u8], binding: &Binding) {
+        let sid = id(db, binding);
+        let Some(bound) = self.sessions.get_mut(&sid) else {
+            return;
+        };
+        if let Some(n) = bound.keys.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                bound.keys.remove(key);
+            }
+        }
+        bound.total = bound.total.saturating_sub(1);
+        self.holds = self.holds.saturating_sub(1);
+        if bound.total == 0 {
+            self.sessions.remove(&sid);
+        }
+    }
+
+    /// Holds bound to a session that has not ended.
+    pub fn bound_to(&self, db: i32, session: &[u8], fence: u64) -> u64 {
+        let sid = (db, session.into(), fence);
+        self.sessions
+            .get(&sid)
+            .filter(|b| b.ended_at.is_none())
+            .map_or(0, |b| b.total)
+    }
+
+    /// When a session with bound holds ended, if it has.
+    pub fn ended_at(&self, db: i32, session: &[u8], fence: u64) -> Option<u64> {
+        let sid = (db, session.into(), fence);
+        self.sessions.get(&sid)?.ended_at
+    }
+
+    /// The session ended at `at_ms`. With `queue`, its keys go to the
+    /// reaper; returns the bound keys, if it had any (once: an end already
+    /// noted is not noted again).
+    pub fn end(
+        &mut self,
+        db: i32,
+        session: &[u8],
+        fence: u64,
+        at_ms: u64,
+        queue: bool,
+    ) -> Option<&HashMap<Box<[u8]>, u32>> {
+        let sid = (db, session.into(), fence);
+        let bound = self.sessions.get_mut(&sid)?;
+        if bound.ended_at.is_some() {
+            return None;
+        }
+        bound.ended_at = Some(at_ms);
+        if !queue {
+            return Some(&bound.keys);
+        }
+        let keys = std::mem::take(&mut bound.keys);
+        self.ended.push_back(Ended {
+            db,
+            session: session.into(),
+            announced: false,
+            keys: Keys::Map(keys),
+        });
+        self.ended.back().and_then(|e| match &e.keys {
+            Keys::Map(map) => Some(map),
+            Keys::List(_) => None,
+        })
+    }
+
+    /// The oldest ended session still to reap.
+    pub fn next_ended(&mut self) -> Option<&mut Ended> {
+        self.ended.front_mut()
+    }
+
+    pub fn finish_ended(&mut self) {
+        self.ended.pop_front();
+    }
+
+    /// Sessions with bound holds that have not ended.
+    pub fn sessions(&self) -> usize {
+        self.sessions
+            .values()
+            .filter(|b| b.ended_at.is_none())
+            .count()
+    }
+
+    /// Bound holds counted.
+    pub fn holds(&self) -> u64 {
+        self.holds
+    }
+
+    /// Forgets one database (`FLUSHDB`), or all (`None`: `FLUSHALL`).
+    pub fn forget(&mut self, db: Option<i32>) {
+        let keep = |d: i32| db.is_some_and(|f| f != d);
+        self.sessions.retain(|(d, _, _), _| keep(*d));
+        self.ended.retain(|e| keep(e.db));
+        self.holds = self.sessions.values().map(|b| b.total).sum();
+    }
+
+    /// `SWAPDB a b`: the two databases trade their entries.
+    pub fn swap(&mut self, a: i32, b: i32) {
+        let swapped = |d: i32| match d {
+            d if d == a => b,
+            d if d == b => a,
+            d => d,
+        };
+        self.sessions = std::mem::take(&mut self.sessions)
+            .into_iter()
+            .map(|((d, k, f), v)| ((swapped(d), k, f), v))
+            .collect();
+        for e in &mut self.ended {
+            e.db = swapped(e.db);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(key: &[u8], fence: u64) -> Binding {
+        Binding {
+            key: key.into(),
+            fence,
+        }
+    }
+
+    #[test]
+    fn binds_count_per_session_and_go_with_their_last_hold() {
+        let mut index = BoundIndex::default();
+        let s = session(b"s", 7);
+        index.bind(0, b"a", &s);
+        index.bind(0, b"a", &s);
+        index.bind(0, b"b", &s);
+        index.bind(1, b"a", &s);
+        assert_eq!(index.bound_to(0, b"s", 7), 3);
+        assert_eq!(index.bound_to(0, b"s", 8), 0);
+        assert_eq!((index.sessions(), index.holds()), (2, 4));
+        for key in [&b"a"[..], b"a", b"b"] {
+            index.unbind(0, key, &s);
+        }
+        assert_eq!(index.bound_to(0, b"s", 7), 0);
+        assert_eq!((index.sessions(), index.holds()), (1, 1));
+        index.unbind(0, b"zz", &s);
+        assert_eq!(index.holds(), 1);
+    }
+
+    #[test]
+    fn an_end_queues_the_keys_once_and_hands_them_out_in_batches() {
+        let mut index = BoundIndex::default();
+        let s = session(b"s", 7);
+        for i in 0..10u8 {
+            index.bind(0, &[i], &s);
+        }
+        let keys = index.end(0, b"s", 7, 1000, true).map(HashMap::len);
+        assert_eq!(keys, Some(10));
+        assert!(index.end(0, b"s", 7, 2000, true).is_none(), "once");
+        assert_eq!(index.ended_at(0, b"s", 7), Some(1000));
+        assert_eq!(
+            index.bound_to(0, b"s", 7),
+            0,
+            "an ended session binds nothing"
+        );
+        assert_eq!(index.sessions(), 0);
+        let ended = index.next_ended().expect("queued");
+        let mut seen = Vec::new();
+        loop {
+            let batch = ended.next_keys(4);
+            if batch.is_empty() {
+                break;
+            }
+            assert!(batch.len() <= 4);
+            seen.extend(batch);
+        }
+        seen.sort();
+        assert_eq!(
+            seen,
+            (0..10u8).map(|i| Box::from(&[i][..])).collect::<Vec<_>>()
+        );
+        index.finish_ended();
+        assert!(index.next_ended().is_none());
+        // The holds go as the reaper drops them; then the entry goes.
+        for i in 0..10u8 {
+            index.unbind(0, &[i], &s);
+        }
+        assert_eq!(index.ended_at(0, b"s", 7), None);
+        assert_eq!(index.holds(), 0);
+    }
+
+    #[test]
+    fn flush_and_swap() {
+        let mut index = BoundIndex::default();
+        index.bind(0, b"a", &session(b"s", 1));
+        index.bind(1, b"a", &session(b"s", 1));
+        index.swap(0, 1);
+        assert_eq!(index.bound_to(1, b"s", 1), 1);
+        index.forget(Some(1));
+        assert_eq!(
+            (index.bound_to(1, b"s", 1), index.bound_to(0, b"s", 1)),
+            (0, 1)
+        );
+        index.forget(None);
+        assert_eq!(index.holds(), 0);
+    }
+}
