@@ -215,16 +215,23 @@ impl SharedOp {
     }
 }
 
-/// Sends `n` acquires of the holds `at(i)` gives, uncounted or counted.
+/// Acquires either way: the counted step, or (not `counted`) the fill before it.
 fn shared_acquires(
     conn: &mut Conn,
     layout: &Layout,
     native: bool,
     sem: &SemScripts,
-    n: usize,
-    what: &str,
-    at: impl Fn(usize) -> (usize, usize),
+    counted: bool,
 ) {
+    let (n, what) = match (counted, native) {
+        (true, true) => (layout.calls(), SharedOp::Acquire.label()),
+        (true, false) => (layout.calls(), SharedOp::SemAcquire.label()),
+        (false, _) => (layout.keys * layout.filler(), "fill shared holds"),
+    };
+    let at = |i| match counted {
+        true => layout.acquired(i),
+        false => layout.filled(i),
+    };
     let (k, t) = (|i| layout.key(at(i).0), |i| layout.token(at(i).0, at(i).1));
     if native {
         drive(
@@ -234,7 +241,7 @@ fn shared_acquires(
             |i, b| acquire_shared(b, &k(i), &t(i), TTL, SHARED_LIMIT),
             |i, r| matches!(r, Reply::Array(Some(a)) if r.is_grant() && a[0].bulk() == Some(&t(i)[..])),
         );
-    } else {
+    } else if counted {
         drive(
             conn,
             n,
@@ -242,7 +249,24 @@ fn shared_acquires(
             |i, b| sem_acquire(b, &sem.acquire, &k(i), &t(i), TTL, SHARED_LIMIT),
             |_, r| is_one(r),
         );
+    } else {
+        // The fill, uncounted: the members the script would add, without running it
+        // under callgrind 9,000 times a size (deadlines from this clock, an hour out).
+        let deadline = decimal(now_ms() + 3_600_000);
+        drive(
+            conn,
+            n,
+            what,
+            |i, b| encode(b, &[b"ZADD", &k(i), &deadline, &t(i)]),
+            |_, r| is_one(r),
+        );
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Sends the `layout.calls()` commands of one shared step, checking every reply.
@@ -250,22 +274,16 @@ fn run_shared_step(conn: &mut Conn, op: SharedOp, layout: &Layout, sem: &SemScri
     let n = layout.calls();
     let what = op.label();
     let renewed = |i| {
-        (layout.key(layout.renewed(i).0), {
-            let (k, h) = layout.renewed(i);
-            layout.token(k, h)
-        })
+        let (k, h) = layout.renewed(i);
+        (layout.key(k), layout.token(k, h))
     };
     let released = |i| {
-        (layout.key(layout.released(i).0), {
-            let (k, h) = layout.released(i);
-            layout.token(k, h)
-        })
+        let (k, h) = layout.released(i);
+        (layout.key(k), layout.token(k, h))
     };
     match op {
         SharedOp::Acquire | SharedOp::SemAcquire => {
-            shared_acquires(conn, layout, op == SharedOp::Acquire, sem, n, what, |i| {
-                layout.acquired(i)
-            })
+            shared_acquires(conn, layout, op == SharedOp::Acquire, sem, true)
         }
         SharedOp::Renew => drive(
             conn,
@@ -318,6 +336,12 @@ struct Growth {
 }
 
 const GROWTH_BOUNDS: &[Growth] = &[
+    // Not in the targets, but what it reached first (0.81 to 0.86: with one
+    // hold ACQUIRE creates the key): a scan of every hold on a grant crosses it.
+    Growth {
+        op: SharedOp::Acquire,
+        max: 2.0,
+    },
     Growth {
         op: SharedOp::Renew,
         max: 2.0,
@@ -649,15 +673,7 @@ fn count(flavor: Flavor, n: usize, shared_calls: usize) -> Counts {
         for native in [true, false] {
             let db = if native { "0" } else { "1" };
             conn.must(&["SELECT", db]);
-            shared_acquires(
-                &mut conn,
-                &layout,
-                native,
-                &sem,
-                layout.keys * layout.filler(),
-                "fill shared holds",
-                |i| layout.filled(i),
-            );
+            shared_acquires(&mut conn, &layout, native, &sem, false);
             for op in SharedOp::ALL
                 .into_iter()
                 .filter(|op| (op.db() == "0") == native)

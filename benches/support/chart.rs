@@ -629,17 +629,14 @@ pub fn shared_svg(version: &str, r: &SharedResult, plan: &Plan, machine: &Machin
     for (i, (color, name)) in [
         (
             LUA,
-            "sorted set + Lua (ZREMRANGEBYSCORE+ZCARD+ZADD / ZSCORE+ZADD XX / ZREM)",
+            "sorted set + Lua: EVALSHA ZREMRANGEBYSCORE+ZCARD+ZADD, EVALSHA ZSCORE+ZADD XX, ZREM",
         ),
-        (
-            NATIVE,
-            "redis-lease LEASE.ACQUIRE … SHARED / RENEW / RELEASE",
-        ),
+        (NATIVE, "redis-lease: ACQUIRE … SHARED, RENEW, RELEASE"),
     ]
     .iter()
     .enumerate()
     {
-        let lx = 20.0 + i as f64 * 500.0;
+        let lx = 20.0 + i as f64 * 660.0;
         let _ = writeln!(
             s,
             "<rect x=\"{lx}\" y=\"62\" width=\"14\" height=\"12\" fill=\"{color}\"/>"
@@ -648,7 +645,7 @@ pub fn shared_svg(version: &str, r: &SharedResult, plan: &Plan, machine: &Machin
             &mut s,
             lx + 20.0,
             73.0,
-            12.0,
+            11.0,
             "start",
             "fill=\"#333\"",
             name,
@@ -723,7 +720,11 @@ pub fn shared_svg(version: &str, r: &SharedResult, plan: &Plan, machine: &Machin
         .iter()
         .map(|p| {
             group(
-                &format!("{} others", count(p.holds as f64)),
+                &format!(
+                    "{} other{}",
+                    count(p.holds as f64),
+                    if p.holds == 1 { "" } else { "s" }
+                ),
                 p.sem.median(),
                 p.native.median(),
                 per_s,
@@ -755,7 +756,7 @@ pub fn shared_svg(version: &str, r: &SharedResult, plan: &Plan, machine: &Machin
             format!("{} keys × 1", short(m.keys))
         };
         mem.push(group(
-            &format!("{layout}: Δ"),
+            &format!("{layout}: used_memory Δ"),
             m.sem_delta.median(),
             m.native_delta.median(),
             bytes,
@@ -773,9 +774,9 @@ pub fn shared_svg(version: &str, r: &SharedResult, plan: &Plan, machine: &Machin
         420.0,
         470.0,
         300.0,
-        "Memory per hold (used_memory Δ; MEMORY USAGE / holds)",
+        "Memory per hold, bytes",
         &mem,
-        130.0,
+        175.0,
         None,
     );
     let _ = writeln!(s, "</svg>");
