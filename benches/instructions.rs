@@ -336,6 +336,12 @@ struct Growth {
 }
 
 const GROWTH_BOUNDS: &[Growth] = &[
+    // Not in the targets, but what it reached first (0.81 to 0.86: with one
+    // hold ACQUIRE creates the key): a scan of every hold on a grant crosses it.
+    Growth {
+        op: SharedOp::Acquire,
+        max: 2.0,
+    },
     Growth {
         op: SharedOp::Renew,
         max: 2.0,
