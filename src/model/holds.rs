@@ -179,7 +179,8 @@ pub struct Hold {
 #[derive(Debug, Clone)]
 enum Table {
     Few(Vec<Hold>),
-    Many(HashMap<Box<[u8]>, Grant>),
+    /// Boxed: a key with a few holds pays for a pointer, not a table.
+    Many(Box<HashMap<Box<[u8]>, Grant>>),
 }
 
 /// The holds of one key.
@@ -355,7 +356,7 @@ impl Holds {
                     .map(|h| (h.token, h.grant))
                     .collect();
                 map.insert(token.into(), grant);
-                self.table = Table::Many(map);
+                self.table = Table::Many(Box::new(map));
             }
             Table::Many(map) => {
                 map.insert(token.into(), grant);
@@ -400,7 +401,7 @@ impl Holds {
             Table::Many(map) => map
                 .into_iter()
                 .map(|(token, grant)| Hold { token, grant })
-                .collect(),
+                .collect::<Vec<_>>(),
         }
     }
 
