@@ -266,6 +266,9 @@ fn settle_key(ctx: Ctx, db: i32, key_bytes: &[u8], name: RString, now: u64) -> b
     if delayed_until > delayed_before {
         state::bump(&STATS.delays);
         effects::replicate_delay(ctx, name, delayed_until);
+    } else if delayed_until < delayed_before {
+        // A delay that ended is forgotten, on replicas as here.
+        effects::replicate_delay(ctx, name, delayed_until);
     }
     let waiting = state::waiters().len(db, key_bytes) > 0;
     let has_holds = lease.extended().is_some_and(|h| !h.is_empty());

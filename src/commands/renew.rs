@@ -5,7 +5,7 @@ use std::os::raw::c_int;
 use crate::keyspace::effects::{index_lease, replicate_held, Wire};
 use crate::keyspace::sessions::Lookup;
 use crate::keyspace::state::{self, STATS};
-use crate::model::args::{check_token, parse_ttl, parse_u64};
+use crate::model::args::{check_token, parse_ttl_or_zero};
 use crate::model::error;
 use crate::model::lease::Renew;
 use crate::rm::{self, Ctx, Key, RString};
@@ -28,11 +28,8 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
         );
     };
     // A ttl of 0 is for a bound hold: checked once the hold is found.
-    let ttl = match parse_u64(rm::bytes(ttl)) {
-        Some(0) => Ok(0),
-        _ => parse_ttl(rm::bytes(ttl)),
-    };
-    let parsed = check_token(rm::bytes(token_arg)).and_then(|t| Ok((t, ttl?)));
+    let parsed =
+        check_token(rm::bytes(token_arg)).and_then(|t| Ok((t, parse_ttl_or_zero(rm::bytes(ttl))?)));
     let (token, ttl_ms) = match parsed {
         Ok(p) => p,
         Err(e) => return rm::reply_error(ctx, e),

@@ -457,10 +457,12 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
             }
             // Its bound holds leave the session index; if it is a session,
             // the session ends with it (its deadline, if that passed first).
-            sessions::unbind_all(db, key, lease);
-            if let Some((fence, deadline)) = sessions::session_grant(lease) {
-                let at = deadline.min(rm::now_ms());
-                sessions::ended(rm::module_ctx(), db, key, fence, at);
+            if sessions::any_bound() {
+                sessions::unbind_all(db, key, lease);
+                if let Some((fence, deadline)) = sessions::session_grant(lease) {
+                    let at = deadline.min(rm::now_ms());
+                    sessions::ended(rm::module_ctx(), db, key, fence, at);
+                }
             }
             // The module's own deletions (a release, the reaper, a master's
             // word) replace nothing, leave no waiter behind and are no

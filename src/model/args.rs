@@ -20,10 +20,10 @@ pub fn parse_u64(b: &[u8]) -> Option<u64> {
     })
 }
 
-pub fn parse_ttl(b: &[u8]) -> Result<u64, &'static CStr> {
-    parse_u64(b)
-        .filter(|v| (1..=MAX_TTL_MS).contains(v))
-        .ok_or(error::TTL)
+/// A ttl, or 0 (which only a hold bound to a session may have: the caller
+/// checks).
+pub fn parse_ttl_or_zero(b: &[u8]) -> Result<u64, &'static CStr> {
+    parse_u64(b).filter(|v| *v <= MAX_TTL_MS).ok_or(error::TTL)
 }
 
 pub fn parse_fence(b: &[u8]) -> Result<u64, &'static CStr> {
@@ -63,10 +63,7 @@ pub fn parse_acquire<'a, T>(
     bytes: impl Fn(&'a T) -> &'a [u8],
 ) -> Result<Acquire<'a, T>, &'static CStr> {
     // 0 only with a session: checked once the options are read.
-    let ttl_ms = match parse_u64(ttl) {
-        Some(0) => 0,
-        _ => parse_ttl(ttl)?,
-    };
+    let ttl_ms = parse_ttl_or_zero(ttl)?;
     let mut parsed = Acquire {
         ttl_ms,
         token: None,
@@ -80,6 +77,22 @@ pub fn parse_acquire<'a, T>(
     let mut delayed = false;
     while let [option, tail @ ..] = rest {
         let option = bytes(option);
+        // Version 1's options first: the calls that use nothing else pay
+        // for no other comparison.
+        if let [value, after @ ..] = tail {
+            if option.eq_ignore_ascii_case(b"TOKEN") && parsed.token.is_none() {
+                check_token(bytes(value))?;
+                parsed.token = Some(value);
+                rest = after;
+                continue;
+            }
+            if option.eq_ignore_ascii_case(b"BLOCK") && parsed.block_ms.is_none() {
+                let timeout = parse_u64(bytes(value)).filter(|v| *v <= MAX_TTL_MS);
+                parsed.block_ms = Some(timeout.ok_or(error::BLOCK_TIMEOUT)?);
+                rest = after;
+                continue;
+            }
+        }
         if option.eq_ignore_ascii_case(b"SHARED") && !shared {
             shared = true;
             parsed.terms.mode = Mode::Shared;
@@ -119,12 +132,6 @@ pub fn parse_acquire<'a, T>(
                 return Err(error::OWNER);
             }
             parsed.terms.owner = Some(bytes(value));
-        } else if option.eq_ignore_ascii_case(b"TOKEN") && parsed.token.is_none() {
-            check_token(bytes(value))?;
-            parsed.token = Some(value);
-        } else if option.eq_ignore_ascii_case(b"BLOCK") && parsed.block_ms.is_none() {
-            let timeout = parse_u64(bytes(value)).filter(|v| *v <= MAX_TTL_MS);
-            parsed.block_ms = Some(timeout.ok_or(error::BLOCK_TIMEOUT)?);
         } else {
             return Err(error::ACQUIRE_SYNTAX);
         }
@@ -368,10 +375,11 @@ mod tests {
 
     #[test]
     fn ttl_and_fence_ranges() {
-        assert!(parse_ttl(b"0").is_err());
-        assert_eq!(parse_ttl(b"1"), Ok(1));
-        assert_eq!(parse_ttl(b"1099511627776"), Ok(MAX_TTL_MS));
-        assert!(parse_ttl(b"1099511627777").is_err());
+        assert_eq!(parse_ttl_or_zero(b"0"), Ok(0));
+        assert_eq!(parse_ttl_or_zero(b"1"), Ok(1));
+        assert_eq!(parse_ttl_or_zero(b"1099511627776"), Ok(MAX_TTL_MS));
+        assert!(parse_ttl_or_zero(b"1099511627777").is_err());
+        assert!(parse_ttl_or_zero(b"-1").is_err());
         assert_eq!(parse_fence(b"0"), Ok(0));
         assert_eq!(parse_fence(b"9007199254740991"), Ok(FENCE_LIMIT - 1));
         assert!(parse_fence(b"9007199254740992").is_err());

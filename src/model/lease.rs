@@ -1089,6 +1089,9 @@ impl Lease {
 
     /// A master's effect: no grant before `until_ms` (a lock-delay).
     pub fn apply_delay(&mut self, until_ms: u64) {
+        if until_ms == 0 && !self.is_extended() {
+            return;
+        }
         self.extend();
         if let Some(holds) = self.extended_mut() {
             holds.set_delayed_until(until_ms);
@@ -1130,6 +1133,7 @@ impl Lease {
     /// Moves the deadline of a live hold of `token` to `now + ttl` (a
     /// `ttl_ms` of 0: no deadline of its own, for a bound hold). Never
     /// revives a hold that is not live.
+    #[inline]
     pub fn renew_hold(
         &mut self,
         token: &[u8],
@@ -1180,6 +1184,7 @@ impl Lease {
     }
 
     /// Ends the live hold of `token`, other holds staying; returns it.
+    #[inline]
     pub fn release(
         &mut self,
         token: &[u8],
