@@ -18,6 +18,11 @@
 //!   PING round trips while the server deletes them, and DBSIZE is polled until 0.
 //! - `curve`: server CPU per call with 1 to 1M live leases (and as many strings) present,
 //!   the two ways in turn as in `cpu`.
+//! - `shared` (benches/support/shared.rs): shared holds (issue 16) against a sorted-set
+//!   semaphore: server CPU per call among 1, 100 and 10,000 holds, pipelined throughput
+//!   on one key, memory per hold. `--shared` runs only these and writes `shared.md` and
+//!   `shared.svg`; `--memory` runs only the memory comparisons (exclusive leases and
+//!   shared holds, 100,000 of each) and writes `memory.md`.
 //!
 //! These are benchmarks, not tests: a missed target is reported, never an error. A wrong
 //! reply (a grant refused, a release that released nothing) is an error: the numbers of a
@@ -31,6 +36,8 @@ mod common;
 mod report;
 #[path = "support/resp.rs"]
 mod resp;
+#[path = "support/shared.rs"]
+mod shared;
 #[path = "support/workload.rs"]
 mod workload;
 
@@ -74,6 +81,13 @@ pub struct Plan {
     pub curve_sizes: Vec<usize>,
     /// Calls per operation at each point of the curve.
     pub curve_calls: usize,
+    /// Holds on the key among which one is acquired, renewed and released (shared).
+    pub shared_sizes: Vec<usize>,
+    /// Calls per operation at each shared size.
+    pub shared_calls: usize,
+    /// Holds in each memory layout (one key, and as many keys), and exclusive leases
+    /// with `--memory`.
+    pub hold_memory: usize,
 }
 
 impl Plan {
@@ -90,6 +104,9 @@ impl Plan {
             expiry_keys: 1_000_000,
             curve_sizes: vec![1, 1_000, 10_000, 100_000, 1_000_000],
             curve_calls: 100_000,
+            shared_sizes: vec![1, 100, 10_000],
+            shared_calls: 20_000,
+            hold_memory: 100_000,
         }
     }
 
@@ -106,19 +123,36 @@ impl Plan {
             expiry_keys: 20_000,
             curve_sizes: vec![1, 1_000, 10_000],
             curve_calls: 5_000,
+            shared_sizes: vec![1, 100, 10_000],
+            shared_calls: 2_000,
+            hold_memory: 10_000,
         }
     }
 }
 
+/// Which comparisons a run makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Every one: bench.md, bench.svg and shared.svg.
+    All,
+    /// Shared holds only: shared.md and shared.svg.
+    Shared,
+    /// Memory only, exclusive and shared: memory.md.
+    Memory,
+}
+
 struct Options {
+    mode: Mode,
     plan: Plan,
     flavors: Vec<Flavor>,
     out: PathBuf,
     note: Option<String>,
 }
 
-const USAGE: &str = "usage: scripts/bench [--quick] [--runs N] [--servers redis7,redis8,valkey8,valkey9 | --all-servers] [--out DIR] [--note TEXT]
+const USAGE: &str = "usage: scripts/bench [--quick] [--shared | --memory] [--runs N] [--servers redis7,redis8,valkey8,valkey9 | --all-servers] [--out DIR] [--note TEXT]
   --quick        1 run of small sizes (CI smoke); writes to target/bench-quick/ unless --out
+  --shared       only shared holds vs the sorted-set semaphore: shared.md, shared.svg
+  --memory       only memory per exclusive lease and per shared hold: memory.md
   --runs N       repeat every measurement N times (default 5, --quick 1)
   --servers LIST servers to measure, first one charted (default redis7)
   --all-servers  redis7,redis8,valkey8,valkey9
@@ -127,6 +161,7 @@ const USAGE: &str = "usage: scripts/bench [--quick] [--runs N] [--servers redis7
 
 fn parse_options() -> Options {
     let mut quick = false;
+    let mut mode = Mode::All;
     let mut benching = false;
     let mut runs = None;
     let mut flavors = vec![Flavor::Redis7];
@@ -142,6 +177,8 @@ fn parse_options() -> Options {
             // cargo bench passes --bench to every bench binary; cargo test does not.
             "--bench" => benching = true,
             "--quick" => quick = true,
+            "--shared" => mode = Mode::Shared,
+            "--memory" => mode = Mode::Memory,
             "--runs" => {
                 let v = value("--runs");
                 runs = Some(
@@ -187,6 +224,7 @@ fn parse_options() -> Options {
         }
     });
     Options {
+        mode,
         plan,
         flavors,
         out,
@@ -215,6 +253,13 @@ pub enum Op {
     Renew,
     Release,
     Fence,
+    // Shared holds and the sorted-set semaphore (not in `ALL`: benches/support/shared.rs).
+    SharedAcquire,
+    SharedRenew,
+    SharedRelease,
+    SemAcquire,
+    SemRenew,
+    SemRelease,
 }
 
 impl Op {
@@ -243,6 +288,12 @@ impl Op {
             Op::Renew => "LEASE.RENEW key token ttl",
             Op::Release => "LEASE.RELEASE key token",
             Op::Fence => "LEASE.FENCE resource fence",
+            Op::SharedAcquire => "LEASE.ACQUIRE key ttl TOKEN token SHARED LIMIT n",
+            Op::SharedRenew => "LEASE.RENEW key token ttl (shared hold)",
+            Op::SharedRelease => "LEASE.RELEASE key token (shared hold)",
+            Op::SemAcquire => "EVALSHA ZREMRANGEBYSCORE + ZCARD + ZADD",
+            Op::SemRenew => "EVALSHA ZSCORE + ZADD XX",
+            Op::SemRelease => "ZREM key token",
         }
     }
 
@@ -253,10 +304,12 @@ impl Op {
             Op::EvalRenew | Op::EvalRelease => "evalsha",
             Op::Get => "get",
             Op::Incr => "incr",
-            Op::Acquire | Op::AcquireGenerated => "lease.acquire",
-            Op::Renew => "lease.renew",
-            Op::Release => "lease.release",
+            Op::Acquire | Op::AcquireGenerated | Op::SharedAcquire => "lease.acquire",
+            Op::Renew | Op::SharedRenew => "lease.renew",
+            Op::Release | Op::SharedRelease => "lease.release",
             Op::Fence => "lease.fence",
+            Op::SemAcquire | Op::SemRenew => "evalsha",
+            Op::SemRelease => "zrem",
         }
     }
 }
@@ -403,6 +456,7 @@ pub struct ServerResult {
     pub memory: MemoryResult,
     pub expiry: ExpiryResult,
     pub curve: CurveResult,
+    pub shared: shared::SharedResult,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1251,6 +1305,9 @@ fn main() {
     let module = common::module_path();
     progress(&format!("module: {}", module.display()));
     let started = Instant::now();
+    if options.mode != Mode::All {
+        return main_shared(&options, machine, started);
+    }
     let mut results = Vec::new();
     for &flavor in &options.flavors {
         let version = server_version(&start(flavor));
@@ -1260,6 +1317,7 @@ fn main() {
         let memory = bench_memory(flavor, plan);
         let expiry = bench_expiry(flavor, plan);
         let curve = bench_curve(flavor, plan);
+        let shared = shared::bench(flavor, plan, true, false);
         results.push(ServerResult {
             flavor,
             version,
@@ -1268,6 +1326,7 @@ fn main() {
             memory,
             expiry,
             curve,
+            shared,
         });
     }
     let mut machine = machine;
@@ -1278,9 +1337,61 @@ fn main() {
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", options.out.display()));
     let md = options.out.join("bench.md");
     let svg = options.out.join("bench.svg");
-    std::fs::write(&md, report::markdown(&results, plan, &machine))
-        .unwrap_or_else(|e| panic!("cannot write {}: {e}", md.display()));
-    std::fs::write(&svg, chart::svg(&results[0], plan, &machine))
-        .unwrap_or_else(|e| panic!("cannot write {}: {e}", svg.display()));
+    write(&md, &report::markdown(&results, plan, &machine));
+    write(&svg, &chart::svg(&results[0], plan, &machine));
     println!("wrote {} and {}", md.display(), svg.display());
+    let first = &results[0];
+    if first.shared.supported {
+        let svg = options.out.join("shared.svg");
+        write(
+            &svg,
+            &chart::shared_svg(&first.version, &first.shared, plan, &machine),
+        );
+        println!("wrote {}", svg.display());
+    }
+}
+
+fn write(path: &std::path::Path, contents: &str) {
+    std::fs::write(path, contents)
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
+
+/// `--shared` and `--memory`: only the shared-hold and memory comparisons.
+fn main_shared(options: &Options, mut machine: report::Machine, started: Instant) {
+    let plan = &options.plan;
+    let mut results = Vec::new();
+    for &flavor in &options.flavors {
+        let version = server_version(&start(flavor));
+        progress(&format!("{flavor}: {version}"));
+        let shared = match options.mode {
+            Mode::Memory => shared::bench(flavor, plan, false, true),
+            _ => shared::bench(flavor, plan, true, false),
+        };
+        results.push(report::SharedServer {
+            flavor,
+            version,
+            shared,
+        });
+    }
+    machine.finish(started.elapsed());
+    let md = report::shared_markdown(&results, options.mode, plan, &machine);
+    println!("{md}");
+    std::fs::create_dir_all(&options.out)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", options.out.display()));
+    let name = match options.mode {
+        Mode::Memory => "memory.md",
+        _ => "shared.md",
+    };
+    let path = options.out.join(name);
+    write(&path, &md);
+    println!("wrote {}", path.display());
+    let first = &results[0];
+    if options.mode == Mode::Shared && first.shared.supported {
+        let svg = options.out.join("shared.svg");
+        write(
+            &svg,
+            &chart::shared_svg(&first.version, &first.shared, plan, &machine),
+        );
+        println!("wrote {}", svg.display());
+    }
 }

@@ -1,10 +1,12 @@
 //! `bench.svg`: the comparisons of one server as a hand-written SVG (no plotting crate):
 //! server CPU per call, the cost-vs-live-keys curve, throughput, memory, probe latency
-//! during mass expiry, and the targets' verdicts.
+//! during mass expiry, and the targets' verdicts. `shared.svg`: shared holds against the
+//! sorted-set semaphore (cost among 1 to 10,000 holds, throughput, memory per hold).
 
 use std::fmt::Write as _;
 
 use crate::report::{self, count, Machine};
+use crate::shared::SharedResult;
 use crate::{Op, Plan, ServerResult};
 
 const WIDTH: f64 = 1000.0;
@@ -585,6 +587,198 @@ pub fn svg(r: &ServerResult, plan: &Plan, machine: &Machine) -> String {
             &format!("{}  (goal {})", target.measured, target.goal),
         );
     }
+    let _ = writeln!(s, "</svg>");
+    s
+}
+
+/// `shared.svg`: one server's shared-hold comparisons (the README's chart of issue 16).
+pub fn shared_svg(version: &str, r: &SharedResult, plan: &Plan, machine: &Machine) -> String {
+    const H: f64 = 740.0;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{H}\" viewBox=\"0 0 {WIDTH} {H}\" {FONT}>"
+    );
+    let _ = writeln!(s, "<rect width=\"100%\" height=\"100%\" fill=\"#f6f7f9\"/>");
+    text(
+        &mut s,
+        20.0,
+        30.0,
+        19.0,
+        "start",
+        "font-weight=\"bold\" fill=\"#111\"",
+        "Shared holds: redis-lease SHARED vs a sorted-set semaphore, same server, same run",
+    );
+    text(
+        &mut s,
+        20.0,
+        50.0,
+        12.0,
+        "start",
+        "fill=\"#555\"",
+        &format!(
+            "{} · {} × {} · median of {} run(s){} · {}",
+            version,
+            machine.cores,
+            machine.cpu_model,
+            plan.runs,
+            if plan.quick { " (quick smoke)" } else { "" },
+            machine.date
+        ),
+    );
+    for (i, (color, name)) in [
+        (
+            LUA,
+            "sorted set + Lua: EVALSHA ZREMRANGEBYSCORE+ZCARD+ZADD, EVALSHA ZSCORE+ZADD XX, ZREM",
+        ),
+        (NATIVE, "redis-lease: ACQUIRE … SHARED, RENEW, RELEASE"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let lx = 20.0 + i as f64 * 660.0;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{lx}\" y=\"62\" width=\"14\" height=\"12\" fill=\"{color}\"/>"
+        );
+        text(
+            &mut s,
+            lx + 20.0,
+            73.0,
+            11.0,
+            "start",
+            "fill=\"#333\"",
+            name,
+        );
+    }
+
+    let holds = |n: usize| format!("{} hold{}", count(n as f64), if n == 1 { "" } else { "s" });
+    let xs: Vec<usize> = r.cpu.iter().map(|p| p.holds).collect();
+    let col = |f: fn(&crate::shared::CpuPoint) -> f64| r.cpu.iter().map(f).collect::<Vec<_>>();
+    let series = vec![
+        Series {
+            name: "LEASE.RENEW".into(),
+            color: NATIVE,
+            dashed: false,
+            values: col(|p| p.renew.median()),
+        },
+        Series {
+            name: "EVALSHA ZSCORE + ZADD XX".into(),
+            color: LUA,
+            dashed: false,
+            values: col(|p| p.sem_renew.median()),
+        },
+        Series {
+            name: "LEASE.RELEASE".into(),
+            color: NATIVE,
+            dashed: true,
+            values: col(|p| p.release.median()),
+        },
+        Series {
+            name: "ZREM".into(),
+            color: LUA,
+            dashed: true,
+            values: col(|p| p.sem_release.median()),
+        },
+    ];
+    lines(
+        &mut s,
+        20.0,
+        90.0,
+        470.0,
+        310.0,
+        "Renew and release of one hold: server CPU per call",
+        &xs,
+        &series,
+        "holds on the key (log scale)",
+    );
+
+    let us = |v: f64| format!("{v:.2} µs");
+    let cycles: Vec<Group> = r
+        .cpu
+        .iter()
+        .map(|p| {
+            let (native, sem) = p.cycle();
+            group(&holds(p.holds), sem, native, us)
+        })
+        .collect();
+    hbars(
+        &mut s,
+        510.0,
+        90.0,
+        470.0,
+        310.0,
+        "Acquire + renew + release: server CPU per cycle",
+        &cycles,
+        100.0,
+        None,
+    );
+
+    let per_s = |v: f64| format!("{}/s", count(v));
+    let tp: Vec<Group> = r
+        .throughput
+        .iter()
+        .map(|p| {
+            group(
+                &format!(
+                    "{} other{}",
+                    count(p.holds as f64),
+                    if p.holds == 1 { "" } else { "s" }
+                ),
+                p.sem.median(),
+                p.native.median(),
+                per_s,
+            )
+        })
+        .collect();
+    hbars(
+        &mut s,
+        20.0,
+        420.0,
+        470.0,
+        300.0,
+        &format!(
+            "Cycles/s on one key ({} clients, {} cycles per trip)",
+            plan.threads,
+            (plan.depth / 3).max(1)
+        ),
+        &tp,
+        100.0,
+        None,
+    );
+
+    let bytes = |v: f64| format!("{v:.1} B");
+    let mut mem = Vec::new();
+    for m in &r.memory {
+        let layout = if m.keys == 1 {
+            format!("1 key × {}", short(m.holds_per_key))
+        } else {
+            format!("{} keys × 1", short(m.keys))
+        };
+        mem.push(group(
+            &format!("{layout}: used_memory Δ"),
+            m.sem_delta.median(),
+            m.native_delta.median(),
+            bytes,
+        ));
+        mem.push(group(
+            &format!("{layout}: USAGE"),
+            m.sem_usage.median(),
+            m.native_usage.median(),
+            bytes,
+        ));
+    }
+    hbars(
+        &mut s,
+        510.0,
+        420.0,
+        470.0,
+        300.0,
+        "Memory per hold, bytes",
+        &mem,
+        175.0,
+        None,
+    );
     let _ = writeln!(s, "</svg>");
     s
 }

@@ -4,7 +4,9 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::{Op, Plan, Samples, ServerResult};
+use crate::common::Flavor;
+use crate::shared::SharedResult;
+use crate::{Mode, Op, Plan, Samples, ServerResult};
 
 /// What the numbers were measured on.
 pub struct Machine {
@@ -576,6 +578,319 @@ fn server_tables(out: &mut String, r: &ServerResult, plan: &Plan) {
             times(growth(&f.eval_release, &l.eval_release))
         );
     }
+    shared_tables(out, &r.shared, plan, "f", "g", "h");
+}
+
+/// One server's shared-hold results (`--shared`, `--memory`).
+pub struct SharedServer {
+    pub flavor: Flavor,
+    pub version: String,
+    pub shared: SharedResult,
+}
+
+/// The shared-hold sections, lettered as given; nothing measured says so.
+pub fn shared_tables(
+    out: &mut String,
+    sh: &SharedResult,
+    plan: &Plan,
+    cpu: &str,
+    tp: &str,
+    mem: &str,
+) {
+    let runs = plan.runs;
+    if let Some(m) = &sh.exclusive {
+        let _ = writeln!(
+            out,
+            "\n### Memory per exclusive lease\n\n{} keys (`bench:00000000`…), 32-character \
+             tokens, TTL 1 h: `MEMORY USAGE key SAMPLES 0` of one key and the `used_memory` \
+             delta over all keys divided by their number (the keyspace and expires \
+             dictionaries and the module's deadline index included), against `SET NX PX` \
+             strings with the same names and tokens. Bytes: median (min–max) of {runs} runs.\n",
+            count(m.keys as f64)
+        );
+        let _ = writeln!(
+            out,
+            "| Measure | SET NX PX string | exclusive lease | ratio |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|");
+        let _ = writeln!(
+            out,
+            "| `MEMORY USAGE` | {} | {} | {} |",
+            spread(&m.lua_usage, 0),
+            spread(&m.native_usage, 0),
+            times(ratio(m.native_usage.median(), m.lua_usage.median()))
+        );
+        let _ = writeln!(
+            out,
+            "| `used_memory` delta per key | {} | {} | {} |",
+            spread(&m.lua_delta, 1),
+            spread(&m.native_delta, 1),
+            times(ratio(m.native_delta.median(), m.lua_delta.median()))
+        );
+    }
+    if !sh.supported {
+        let _ = writeln!(
+            out,
+            "\n### Shared holds\n\nNot measured: this module has no `LEASE.ACQUIRE … SHARED` \
+             (before issue 16)."
+        );
+        return;
+    }
+    let limit = count(crate::shared::LIMIT as f64);
+    if !sh.cpu.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n### {cpu}. Shared holds vs a sorted-set semaphore: server CPU per call\n\n\
+             One hold acquired, renewed and released by token among N holds on its key: \
+             `LEASE.ACQUIRE key ttl TOKEN token SHARED LIMIT {limit}` / `LEASE.RENEW` / \
+             `LEASE.RELEASE` (database 0) against the semaphore built the usual way, a \
+             sorted set of tokens scored by deadline (database 1): acquire = `EVALSHA` of \
+             `TIME`, `ZREMRANGEBYSCORE key -inf now`, `ZCARD`, `ZADD` when under the limit; \
+             renew = `EVALSHA` of `ZSCORE` (present and not expired), `ZADD XX`; release = \
+             `ZREM`. {} calls per operation at each N, on keys that hold 90% of N before \
+             the acquires add the last 10% (at least one hold per key; with N = 1 each key \
+             has only the hold measured: the acquire creates it, the release deletes it); \
+             the renewals and releases pick holds spread evenly over each key's holds, old \
+             and new. The two ways in turn a pipeline at a time. µs per call, median of \
+             {runs} runs; ratios are redis-lease over the semaphore; growth is the largest N \
+             over N = 1. A sorted set of up to 128 members is a listpack (the default \
+             `zset-max-listpack-entries`), a skiplist beyond.\n",
+            count(plan.shared_calls as f64)
+        );
+        let _ = writeln!(
+            out,
+            "| holds on the key | ACQUIRE SHARED | semaphore acquire | ratio | RENEW | semaphore renew | ratio | RELEASE | `ZREM` | ratio | full cycle ratio |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
+        for p in &sh.cpu {
+            let (nc, sc) = p.cycle();
+            let _ = writeln!(
+                out,
+                "| {} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {} | {:.2} | {:.2} | {} | **{}** |",
+                count(p.holds as f64),
+                p.acquire.median(),
+                p.sem_acquire.median(),
+                times(ratio(p.acquire.median(), p.sem_acquire.median())),
+                p.renew.median(),
+                p.sem_renew.median(),
+                times(ratio(p.renew.median(), p.sem_renew.median())),
+                p.release.median(),
+                p.sem_release.median(),
+                times(ratio(p.release.median(), p.sem_release.median())),
+                times(ratio(nc, sc))
+            );
+        }
+        if let (Some(f), Some(l)) = (sh.cpu.first(), sh.cpu.last()) {
+            let g = |a: &Samples, b: &Samples| times(growth(a, b));
+            let _ = writeln!(
+                out,
+                "| **growth** | {} | {} | | {} | {} | | {} | {} | | |",
+                g(&f.acquire, &l.acquire),
+                g(&f.sem_acquire, &l.sem_acquire),
+                g(&f.renew, &l.renew),
+                g(&f.sem_renew, &l.sem_renew),
+                g(&f.release, &l.release),
+                g(&f.sem_release, &l.sem_release)
+            );
+        }
+    }
+    if !sh.throughput.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n### {tp}. Shared holds vs a sorted-set semaphore: pipelined throughput\n\n\
+             {} client threads on one key that already holds N other holds (limit {limit} \
+             both ways), each sending {} acquire/renew/release cycles per round trip with \
+             tokens of its own; each run alternates {} slice(s) of {:.1} s of each way. \
+             Cycles per second over all clients: median (min–max) of {runs} runs.\n",
+            plan.threads,
+            (plan.depth / 3).max(1),
+            plan.throughput_slices,
+            plan.throughput_time.as_secs_f64()
+        );
+        let _ = writeln!(
+            out,
+            "| other holds on the key | sorted set + Lua, cycles/s | redis-lease SHARED, cycles/s | ratio |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|");
+        for p in &sh.throughput {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | **{}** |",
+                count(p.holds as f64),
+                spread_count(&p.sem),
+                spread_count(&p.native),
+                times(ratio(p.native.median(), p.sem.median()))
+            );
+        }
+    }
+    if !sh.memory.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n### {mem}. Memory per shared hold\n\n`used_memory` delta over all holds (after it \
+             settles) divided by the number of holds, and `MEMORY USAGE key SAMPLES 0` of one \
+             key divided by its holds: redis-lease shared holds (`lease.max-holders` raised \
+             to {limit}) against the sorted-set semaphore, 32-character tokens, TTL 1 h. \
+             Bytes per hold: median (min–max) of {runs} runs.\n"
+        );
+        let _ = writeln!(
+            out,
+            "| Layout | Measure | sorted set + Lua | redis-lease SHARED | ratio |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|");
+        for m in &sh.memory {
+            let layout = format!(
+                "{} key{} × {} hold{}",
+                count(m.keys as f64),
+                if m.keys == 1 { "" } else { "s" },
+                count(m.holds_per_key as f64),
+                if m.holds_per_key == 1 { "" } else { "s" }
+            );
+            let _ = writeln!(
+                out,
+                "| {layout} | `used_memory` delta per hold | {} | {} | **{}** |",
+                spread(&m.sem_delta, 1),
+                spread(&m.native_delta, 1),
+                times(ratio(m.native_delta.median(), m.sem_delta.median()))
+            );
+            let _ = writeln!(
+                out,
+                "| {layout} | `MEMORY USAGE` per hold | {} | {} | {} |",
+                spread(&m.sem_usage, 1),
+                spread(&m.native_usage, 1),
+                times(ratio(m.native_usage.median(), m.sem_usage.median()))
+            );
+        }
+    }
+}
+
+/// One table of every server's memory medians (`memory.md`), bytes.
+fn memory_summary(out: &mut String, results: &[SharedServer]) {
+    let _ = write!(out, "| Bytes (medians) |");
+    for r in results {
+        let _ = write!(out, " {} |", r.version);
+    }
+    let _ = write!(out, "\n|---|");
+    for _ in results {
+        let _ = write!(out, "---:|");
+    }
+    out.push('\n');
+    type Pick = fn(&SharedResult) -> Option<f64>;
+    let mut rows: Vec<(String, Pick)> = vec![
+        ("exclusive lease, `MEMORY USAGE`".into(), |s| {
+            s.exclusive.as_ref().map(|m| m.native_usage.median())
+        }),
+        (
+            "exclusive lease, `used_memory` delta per lease".into(),
+            |s| s.exclusive.as_ref().map(|m| m.native_delta.median()),
+        ),
+        ("`SET NX PX` string, `MEMORY USAGE`".into(), |s| {
+            s.exclusive.as_ref().map(|m| m.lua_usage.median())
+        }),
+        (
+            "`SET NX PX` string, `used_memory` delta per key".into(),
+            |s| s.exclusive.as_ref().map(|m| m.lua_delta.median()),
+        ),
+    ];
+    let layouts = results
+        .iter()
+        .find(|r| r.shared.supported)
+        .map(|r| r.shared.memory.clone())
+        .unwrap_or_default();
+    let picks: [[Pick; 2]; 2] = [
+        [
+            |s| s.memory.first().map(|m| m.native_delta.median()),
+            |s| s.memory.first().map(|m| m.sem_delta.median()),
+        ],
+        [
+            |s| s.memory.get(1).map(|m| m.native_delta.median()),
+            |s| s.memory.get(1).map(|m| m.sem_delta.median()),
+        ],
+    ];
+    for (m, [native, sem]) in layouts.iter().zip(picks) {
+        let layout = format!(
+            "{} key{} × {} hold{}",
+            count(m.keys as f64),
+            if m.keys == 1 { "" } else { "s" },
+            count(m.holds_per_key as f64),
+            if m.holds_per_key == 1 { "" } else { "s" }
+        );
+        rows.push((
+            format!("shared hold, `used_memory` delta per hold, {layout}"),
+            native,
+        ));
+        rows.push((
+            format!("sorted-set semaphore, `used_memory` delta per hold, {layout}"),
+            sem,
+        ));
+    }
+    for (label, pick) in rows {
+        let _ = write!(out, "| {label} |");
+        for r in results {
+            match pick(&r.shared) {
+                Some(v) if v.is_finite() => {
+                    let _ = write!(out, " {v:.1} |");
+                }
+                _ => {
+                    let _ = write!(out, " n/a |");
+                }
+            }
+        }
+        out.push('\n');
+    }
+    out.push('\n');
+}
+
+/// `shared.md` (`--shared`) or `memory.md` (`--memory`).
+pub fn shared_markdown(
+    results: &[SharedServer],
+    mode: Mode,
+    plan: &Plan,
+    machine: &Machine,
+) -> String {
+    let mut out = String::new();
+    let (title, flag) = match mode {
+        Mode::Memory => ("Memory: exclusive leases and shared holds", "--memory"),
+        _ => ("Shared holds vs a sorted-set semaphore", "--shared"),
+    };
+    let _ = writeln!(out, "# {title}\n");
+    let _ = writeln!(
+        out,
+        "Written by `scripts/bench {flag}{}` on {}; do not edit by hand. Both ways on the \
+         same server in the same run, on servers started by the bench; medians of {} runs. \
+         Machine: {} × {}, {:.0} GiB, Linux {}; load average {} at start, {} at end; {:.0} s.\n",
+        if plan.quick { " --quick" } else { "" },
+        machine.date,
+        plan.runs,
+        machine.cores,
+        machine.cpu_model,
+        machine.mem_gib,
+        machine.kernel,
+        machine.load_start,
+        machine.load_end,
+        machine.elapsed.as_secs_f64()
+    );
+    if plan.quick {
+        let _ = writeln!(
+            out,
+            "**Quick run (CI smoke): one run at small sizes. These numbers are not the \
+             benchmark.**\n"
+        );
+    }
+    if let Some(note) = &machine.note {
+        let _ = writeln!(out, "Note: {note}\n");
+    }
+    if mode == Mode::Memory {
+        memory_summary(&mut out, results);
+    }
+    if mode == Mode::Shared && results.first().is_some_and(|r| r.shared.supported) {
+        let _ = writeln!(out, "![Charts of the comparisons](shared.svg)\n");
+    }
+    for r in results {
+        let _ = writeln!(out, "## {} (`{}`)", r.version, r.flavor);
+        shared_tables(&mut out, &r.shared, plan, "a", "b", "c");
+        out.push('\n');
+    }
+    out
 }
 
 fn spread_count(s: &Samples) -> String {

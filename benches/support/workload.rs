@@ -134,3 +134,156 @@ pub fn release(buf: &mut Vec<u8>, k: &[u8], t: &[u8]) {
 pub fn is_one(r: &Reply) -> bool {
     r.int() == Some(1)
 }
+
+// Shared holds (issue 16) and the semaphore built the usual way: a sorted set of tokens
+// scored by their deadlines, the server's clock read inside each script.
+
+/// The semaphore's acquire: drop the expired holds, count the rest, add this one.
+/// `ARGV`: token, limit, ttl (ms). Returns 1 when granted, 0 when full.
+pub const SEM_ACQUIRE_LUA: &str = "local t = redis.call('time') \
+     local now = t[1] * 1000 + math.floor(t[2] / 1000) \
+     redis.call('zremrangebyscore', KEYS[1], '-inf', now) \
+     if redis.call('zcard', KEYS[1]) < tonumber(ARGV[2]) then \
+     redis.call('zadd', KEYS[1], now + tonumber(ARGV[3]), ARGV[1]) return 1 end \
+     return 0";
+/// The semaphore's renew: the token's hold must be there and not expired, then its
+/// deadline moves (`ZADD XX`). `ARGV`: token, ttl (ms). Returns 1 when renewed.
+pub const SEM_RENEW_LUA: &str = "local s = redis.call('zscore', KEYS[1], ARGV[1]) \
+     if not s then return 0 end \
+     local t = redis.call('time') \
+     local now = t[1] * 1000 + math.floor(t[2] / 1000) \
+     if tonumber(s) <= now then return 0 end \
+     redis.call('zadd', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1]) return 1";
+
+/// The semaphore's scripts, loaded: their SHA1s for EVALSHA. Release is a plain `ZREM`.
+pub struct SemScripts {
+    pub acquire: String,
+    pub renew: String,
+}
+
+pub fn load_sem_scripts(conn: &mut Conn) -> SemScripts {
+    SemScripts {
+        acquire: conn.must(&["SCRIPT", "LOAD", SEM_ACQUIRE_LUA]).text(),
+        renew: conn.must(&["SCRIPT", "LOAD", SEM_RENEW_LUA]).text(),
+    }
+}
+
+/// `LEASE.ACQUIRE key ttl TOKEN token SHARED LIMIT limit`.
+pub fn acquire_shared(buf: &mut Vec<u8>, k: &[u8], t: &[u8], ttl: &[u8], limit: &[u8]) {
+    encode(
+        buf,
+        &[
+            b"LEASE.ACQUIRE",
+            k,
+            ttl,
+            b"TOKEN",
+            t,
+            b"SHARED",
+            b"LIMIT",
+            limit,
+        ],
+    );
+}
+
+pub fn sem_acquire(buf: &mut Vec<u8>, sha: &str, k: &[u8], t: &[u8], ttl: &[u8], limit: &[u8]) {
+    encode(buf, &[b"EVALSHA", sha.as_bytes(), b"1", k, t, limit, ttl]);
+}
+
+pub fn sem_renew(buf: &mut Vec<u8>, sha: &str, k: &[u8], t: &[u8], ttl: &[u8]) {
+    encode(buf, &[b"EVALSHA", sha.as_bytes(), b"1", k, t, ttl]);
+}
+
+pub fn sem_release(buf: &mut Vec<u8>, k: &[u8], t: &[u8]) {
+    encode(buf, &[b"ZREM", k, t]);
+}
+
+/// Whether the server's module takes `SHARED` (issue 16): a shared acquire of a fresh
+/// key, deleted again. Before issue 16 the option is an unknown argument.
+pub fn supports_shared(conn: &mut Conn) -> bool {
+    let k: &[u8] = b"bench:shared-probe";
+    let t = token(usize::MAX);
+    let mut buf = Vec::new();
+    acquire_shared(&mut buf, k, &t, b"60000", b"2");
+    encode(&mut buf, &[b"DEL", k]);
+    conn.send(&buf)
+        .unwrap_or_else(|e| panic!("shared probe: cannot send: {e}"));
+    let granted = conn
+        .read()
+        .unwrap_or_else(|e| panic!("shared probe: cannot read: {e}"))
+        .is_grant();
+    conn.read()
+        .unwrap_or_else(|e| panic!("shared probe: cannot read: {e}"));
+    granted
+}
+
+/// Where the commands of one step among `size` holds per key go (the shared benches).
+/// `keys` keys hold `size - per_key` holds before the steps start; the acquire step adds
+/// `per_key` holds to each (the key's holds go from `0.9 × size` to `size`), the renew
+/// step renews `per_key` holds of each spread evenly over all its holds, old and new, and
+/// the release step releases `per_key` others, also spread evenly (back to `0.9 × size`).
+/// With one hold, each key has only the hold measured: the acquire creates the key and
+/// the release deletes it. Calls go round the keys.
+pub struct Layout {
+    pub size: usize,
+    pub per_key: usize,
+    pub keys: usize,
+    prefix: String,
+}
+
+impl Layout {
+    /// About `calls` commands per step.
+    pub fn new(prefix: &str, size: usize, calls: usize) -> Layout {
+        let per_key = (size / 10).max(1);
+        Layout {
+            size,
+            per_key,
+            keys: calls.div_ceil(per_key).max(1),
+            prefix: format!("{prefix}{size}"),
+        }
+    }
+
+    /// Commands per step.
+    pub fn calls(&self) -> usize {
+        self.keys * self.per_key
+    }
+
+    /// Holds on each key before the acquire step.
+    pub fn filler(&self) -> usize {
+        self.size - self.per_key
+    }
+
+    fn stride(&self) -> usize {
+        self.size / self.per_key
+    }
+
+    pub fn key(&self, k: usize) -> Vec<u8> {
+        key(&self.prefix, k)
+    }
+
+    pub fn token(&self, k: usize, hold: usize) -> [u8; 32] {
+        token((1 << 40) + k * self.size + hold)
+    }
+
+    /// (key, hold) of call `i` of the fill.
+    pub fn filled(&self, i: usize) -> (usize, usize) {
+        (i % self.keys, i / self.keys)
+    }
+
+    /// (key, hold) of call `i` of the acquire step.
+    pub fn acquired(&self, i: usize) -> (usize, usize) {
+        (i % self.keys, self.filler() + i / self.keys)
+    }
+
+    /// (key, hold) of call `i` of the renew step.
+    pub fn renewed(&self, i: usize) -> (usize, usize) {
+        (i % self.keys, (i / self.keys) * self.stride())
+    }
+
+    /// (key, hold) of call `i` of the release step.
+    pub fn released(&self, i: usize) -> (usize, usize) {
+        (
+            i % self.keys,
+            (i / self.keys) * self.stride() + self.stride() / 2,
+        )
+    }
+}
