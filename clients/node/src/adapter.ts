@@ -77,10 +77,10 @@ class BlockingPool<C> {
     let onAbort: (() => void) | undefined;
     const aborted = new Promise<never>((_, reject) => {
       onAbort = () => {
+        reject(abortError(signal));
         // The server drops a blocked client's place in the queue when it disconnects.
         this.busy.delete(conn);
         this.kill(conn);
-        reject(abortError(signal));
       };
       signal.addEventListener('abort', onAbort, { once: true });
     });
@@ -91,7 +91,7 @@ class BlockingPool<C> {
       return reply;
     } catch (err) {
       if (this.busy.delete(conn)) this.kill(conn);
-      throw err;
+      throw signal.aborted ? abortError(signal) : err;
     } finally {
       if (onAbort) signal.removeEventListener('abort', onAbort);
       if (this.busy.delete(conn)) {

@@ -281,6 +281,9 @@ export class Leases {
     return { ...this.counters };
   }
 
+  /** @internal renewal batches sent and not yet answered */
+  _inflight = 0;
+
   /** Leases not yet lost or released. */
   get active(): number {
     return this.all.size;
@@ -570,12 +573,15 @@ export class Leases {
       key: lease.key,
       args: ['LEASE.RENEW', lease.key, lease.token, ttl],
     }));
+    this._inflight++;
     this._adapter.batch(items).then(
       (results) => {
+        this._inflight--;
         batch.forEach(({ lease, ttl }, i) => this.renewed(lease, t, ttl, results[i]!));
         this.reschedule();
       },
       (error: unknown) => {
+        this._inflight--;
         for (const { lease, ttl } of batch) this.renewed(lease, t, ttl, { ok: false, error });
         this.reschedule();
       },
