@@ -343,13 +343,32 @@ export class Leases {
   /**
    * Stop the watchdog, release every lease still held (pipelined; holds bound to a
    * session before the session), and close the connections opened for blocking waits.
-   * Leaves no timer behind. The client given to the constructor stays open.
+   * Waits at most `timeoutMs` (5 s) for the releases' replies. Leaves no timer behind.
+   * The client given to the constructor stays open.
    */
-  async close(): Promise<void> {
+  async close(options: { timeoutMs?: number } = {}): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     this.closing.abort(new Error('redis-lease: Leases closed'));
     this.clearTimer();
+    // An unreachable server must not hold close() up: past the timeout the leases are
+    // given up unanswered (the server frees them at their deadlines).
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<void>((res) => {
+      timer = setTimeout(res, options.timeoutMs ?? 5000);
+    });
+    try {
+      await Promise.race([this.releaseAll(), timedOut]);
+    } finally {
+      clearTimeout(timer);
+    }
+    const unanswered = [...this.all];
+    for (const l of unanswered) if (!(l instanceof Session)) this._setState(l, 'released');
+    for (const l of unanswered) this._setState(l, 'released');
+    await this._adapter.close();
+  }
+
+  private async releaseAll(): Promise<void> {
     const live = [...this.all];
     const first = live.filter((l) => !(l instanceof Session));
     const second = live.filter((l) => l instanceof Session);
@@ -370,8 +389,6 @@ export class Leases {
         if (l instanceof Session) this._endSession(l, 'released');
       });
     }
-    this.clearTimer();
-    await this._adapter.close();
   }
 
   // ------------------------------------------------------------------ acquire

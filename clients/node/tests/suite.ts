@@ -22,6 +22,7 @@ import {
   makeClient,
   makeClusterClient,
   monotonic,
+  PACKAGE_ROOT,
   Server,
   serverBinary,
   sleep,
@@ -76,8 +77,9 @@ async function stateOf(admin: Redis, key: string): Promise<string> {
 }
 
 /** Runs a compiled test script in a child process; its last line of output, or throws with all of it. */
-async function runChild(script: string, args: string[]): Promise<string> {
-  const child = spawn(process.execPath, [join(__dirname, script), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+async function runChild(script: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<string> {
+  const path = script.includes('/') ? script : join(__dirname, script);
+  const child = spawn(process.execPath, [path, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env });
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));
@@ -387,6 +389,7 @@ export function defineSuite(flavor: Flavor): void {
           try {
             const ttl = 600;
             const lease = await leases.acquire(unique('stop'), { ttlMs: ttl });
+            const long = await leases.acquire(unique('stop'), { ttlMs: 60_000 });
             await waitFor('a renewal', () => lease._renewals >= 1);
             process.kill(s.pid, 'SIGSTOP');
             stopped = true;
@@ -398,6 +401,11 @@ export function defineSuite(flavor: Flavor): void {
             const lostAt = await abortedAt(lease.signal);
             assert.equal(lease.state, 'lost');
             assert.ok(lostAt >= deadline - 1 && lostAt <= deadline + JITTER, `lost ${Math.round(lostAt - deadline)} ms after the deadline`);
+            // close() does not wait for an unreachable server past its timeout.
+            const closing = monotonic();
+            await leases.close({ timeoutMs: 300 });
+            assert.ok(monotonic() - closing < 300 + JITTER);
+            assert.equal(long.state, 'released');
             process.kill(s.pid, 'SIGCONT');
             stopped = false;
             // The renewal that hung is answered now; the lease stays lost.
@@ -481,6 +489,18 @@ export function defineSuite(flavor: Flavor): void {
         for (const key of report.keys) assert.equal(await stateOf(admin, key), 'free');
       });
     }
+
+    it('examples/paused-worker.js: the paused worker cannot damage the report', async () => {
+      const out = await runChild(join(PACKAGE_ROOT, 'examples', 'paused-worker.js'), [], { ...process.env, REDIS_PORT: String(shared.port) });
+      assert.match(out, /^intact/);
+      const report = await admin.lrange('report', 0, -1);
+      assert.deepEqual(report, ['A step 1', 'A step 2', 'B step 1', 'B step 2', 'B step 3', 'B step 4']);
+    });
+
+    it('examples/fence-sqlite.js: the database refuses the stale write', async () => {
+      const out = await runChild(join(PACKAGE_ROOT, 'examples', 'fence-sqlite.js'), [], { ...process.env, REDIS_PORT: String(shared.port) });
+      assert.match(out, /"v2 by B" at fence \d+$/);
+    });
 
     it('sessions: binding errors; a bound hold with a ttl of its own; release of the session', async () => {
       const { leases, done } = await open('ioredis', shared.port);
