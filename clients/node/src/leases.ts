@@ -103,6 +103,8 @@ export class Lease {
   /** @internal */ readonly _maxRenewals: number | undefined;
   /** @internal */ readonly _autoRenew: boolean;
   /** @internal */ _releasing = false;
+  /** @internal the release was answered 0: the lease had been lost before */
+  _foundGone = false;
 
   /** @internal */
   constructor(
@@ -190,32 +192,45 @@ export class Lease {
   }
 
   /**
-   * Release the lease. Resolves true if the server released it, false if it was no
-   * longer held (the lease is then lost, and its signal fires) or was already released.
+   * Release the lease. Resolves true if the server released it; false if it was already
+   * lost or released, or if the server answered that it was no longer held (the lease
+   * is then lost, and its signal fires). While the server cannot be reached it waits at
+   * most until the lease's confirmed deadline (then false: lost, freed by its expiry).
+   * A connection error rejects, and the lease counts as released (no longer renewed).
    */
   async release(): Promise<boolean> {
     this._refresh();
     if (this._state === 'released') return false;
-    const wasLost = this._state === 'lost';
+    const reply = this._leases._adapter.call(this.key, ['LEASE.RELEASE', this.key, this.token]);
+    if (this._state === 'lost') {
+      // A courtesy to the server (the lease may not have expired there yet); nothing to wait for.
+      reply.catch(() => undefined);
+      return false;
+    }
+    // No more renewals; the watchdog still watches the deadline, which ends the wait.
     this._releasing = true;
-    this._leases._unwatch(this);
-    let reply: unknown;
+    const lost = new Promise<'lost'>((res) => {
+      if (this._abort.signal.aborted) res('lost');
+      else this._abort.signal.addEventListener('abort', () => res('lost'), { once: true });
+    });
+    let answer: unknown;
     try {
-      reply = await this._leases._adapter.call(this.key, ['LEASE.RELEASE', this.key, this.token]);
+      answer = await Promise.race([reply, lost]);
     } catch (err) {
-      // Not renewed any more: the server frees it at its deadline.
-      if (!wasLost) {
-        this._leases._setState(this, 'released');
-        if (this instanceof Session) this._leases._endSession(this, 'released');
-      }
+      this._leases._setState(this, 'released');
+      if (this instanceof Session) this._leases._endSession(this, 'released');
       throw err;
     }
-    if (wasLost) return false;
-    if (Number(reply) === 1) {
+    if (answer === 'lost') {
+      reply.catch(() => undefined);
+      return false;
+    }
+    if (Number(answer) === 1) {
       this._leases._setState(this, 'released');
       if (this instanceof Session) this._leases._endSession(this, 'released');
       return true;
     }
+    this._foundGone = true;
     this._leases._lose(this, 'it was no longer held when released');
     return false;
   }
@@ -322,6 +337,9 @@ export class Leases {
       failed = true;
       bodyError = err;
     }
+    // Lost while the body ran: seen by now, or found by the release below. A deadline
+    // that passes while the release waits for an unreachable server came after the body.
+    const lostInBody = lease.state === 'lost';
     let releaseError: unknown;
     let releaseFailed = false;
     try {
@@ -330,7 +348,7 @@ export class Leases {
       releaseFailed = true;
       releaseError = err;
     }
-    if (lease._state === 'lost') {
+    if (lostInBody || lease._foundGone) {
       const lost = lease._abort.signal.reason as LeaseLost;
       if (!failed || bodyError === lost) throw lost;
       throw new LeaseLost(lease.key, lease.fence, lost.why, { cause: bodyError });

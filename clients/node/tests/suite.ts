@@ -419,6 +419,33 @@ export function defineSuite(flavor: Flavor): void {
         });
       });
 
+      it(`${kind}: using() whose body ends while the server is unreachable returns at the deadline`, async () => {
+        await withServer(flavor, async (s) => {
+          const { leases, done } = await open(kind, s.port);
+          let stopped = false;
+          try {
+            const ttl = 600;
+            let held: Lease | undefined;
+            let stoppedAt = 0;
+            const out = await leases.using(unique('unreachable'), { ttlMs: ttl }, async (lease) => {
+              held = lease;
+              await waitFor('a renewal', () => lease._renewals >= 1);
+              process.kill(s.pid, 'SIGSTOP');
+              stopped = true;
+              stoppedAt = monotonic();
+              return 'done';
+            });
+            // The body finished under a valid lease; the release could not be answered.
+            assert.equal(out, 'done');
+            assert.equal(held!.state, 'lost');
+            assert.ok(monotonic() - stoppedAt <= ttl + JITTER);
+          } finally {
+            if (stopped) process.kill(s.pid, 'SIGCONT');
+            await done();
+          }
+        });
+      });
+
       it(`${kind}: 1,000 leases cost at most one pipelined batch of renewals per ttl/3`, async () => {
         await withServer(flavor, async (s, adm) => {
           const { leases, done } = await open(kind, s.port);
