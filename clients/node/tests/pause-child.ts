@@ -28,7 +28,8 @@ async function main(): Promise<void> {
     .using(key, { ttlMs: ttl }, async (lease) => {
       await lease.fenceCall(res, 'SET', data, 'a: part 1');
       // B waits for the key; the server hands it over when A's lease expires.
-      bWrote = b.using(key, { ttlMs: 900, blockMs: 10_000 }, async (bl) => {
+      // B's ttl outlasts the pause, which stops B's process as well.
+      bWrote = b.using(key, { ttlMs: 5000, blockMs: 10_000 }, async (bl) => {
         await bl.fenceCall(res, 'SET', data, 'b: all');
       });
       await waitFor('B to wait', async () => (await leaseInfo(admin.client as never, key))?.waiters === 1);
