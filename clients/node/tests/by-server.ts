@@ -21,9 +21,14 @@ async function* byServer(source: AsyncIterable<Event>): AsyncGenerator<string> {
     else if (ev.type === 'test:pass') c.pass++;
     else c.fail++;
   }
+  const total = { pass: 0, fail: 0, skip: 0 };
   for (const [flavor, c] of [...counts].sort()) {
-    yield `  ${flavor.padEnd(8)} ${c.pass} passed, ${c.fail} failed, ${c.skip} skipped\n`;
+    yield `${flavor}: ${c.pass} passed, ${c.fail} failed, ${c.skip} skipped\n`;
+    total.pass += c.pass;
+    total.fail += c.fail;
+    total.skip += c.skip;
   }
+  yield `node: ${total.pass} passed, ${total.fail} failed, ${total.skip} skipped\n`;
 }
 
 export = byServer;
