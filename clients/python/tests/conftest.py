@@ -5,7 +5,6 @@ import os
 import threading
 
 import pytest
-
 from servers import Cluster, Server, selected
 
 SERVERS = selected()

