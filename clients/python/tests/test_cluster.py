@@ -148,3 +148,30 @@ def test_cluster_asyncio(cluster):
         assert leases.watchdog is None
 
     asyncio.run(main())
+
+
+def test_cluster_a_lease_follows_its_slot_to_another_node(cluster, rc):
+    """Slot migration: the watchdog's renewal meets MOVED, learns the new owner and
+    renews there; the lease stays held with its fence."""
+    tags = tags_on_every_node(rc)
+    ttl = 900
+    key = f"{{{tags[0]}}}moving"
+    with Leases(rc) as leases:
+        lease = leases.acquire(key, ttl)
+        wait_until("a renewal", lambda: lease.renewals >= 1)
+        slot = rc.keyslot(key)
+        source = node_of(cluster, rc, key)
+        target = next(n for n in cluster.nodes if n is not source)
+        src, dst = source.client(), target.client()
+        src_id = src.execute_command("CLUSTER", "MYID")
+        dst_id = dst.execute_command("CLUSTER", "MYID")
+        dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", key)
+        for node in cluster.nodes:
+            node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        moved_at = lease.renewals
+        wait_until("renewals on the new node", lambda: lease.renewals >= moved_at + 3, timeout=3)
+        assert lease.state is State.HELD
+        assert as_map(dst.execute_command("LEASE.INFO", key))["fence"] == lease.fence
+        assert lease.release() is True

@@ -374,3 +374,10 @@ def test_caps_stop_renewing_and_the_lease_ends_at_its_deadline(r, leases, key):
     start = time.monotonic()
     assert held_for.lost.wait(timeout=3)
     assert 0.45 <= time.monotonic() - start + 0.05 <= 0.9
+
+
+def test_a_key_overwritten_with_another_type_is_lost(r, leases, key):
+    lease = leases.acquire(key, 600)
+    r.set(key, "not a lease")
+    assert lease.lost.wait(2)
+    assert "answered" in lease.reason or "WRONGTYPE" in lease.reason

@@ -120,37 +120,17 @@ def stale_fence(error: BaseException, lease: Any, resource: Any) -> StaleFence:
     return StaleFence(str(error), lease, resource, fence, highest)
 
 
-# Errors after which a renewal's answer is simply unknown (the lease may still be held):
-# a redirect, a node that cannot serve now. Anything else from the server about the key
-# itself (WRONGTYPE: the key was overwritten) means the lease is gone.
-_UNCONFIRMED_PREFIXES = (
-    "MOVED",
-    "ASK",
-    "TRYAGAIN",
-    "CLUSTERDOWN",
-    "LOADING",
-    "BUSY",
-    "MASTERDOWN",
-    "READONLY",
-    "NOPERM",
-    "NOAUTH",
-    "NOSCRIPT",
-)
-
-
 def renewal_outcome(reply: Any) -> str:
-    """``confirmed``, ``lost`` or ``unknown`` for one LEASE.RENEW reply (or exception)."""
+    """``confirmed``, ``lost`` or ``unknown`` for one LEASE.RENEW reply (or exception).
+
+    1 confirms, 0 means the token no longer holds the key, and so does WRONGTYPE (the key
+    was overwritten with another type). Anything else (a connection error, a timeout, a
+    redirect, a node that is loading or down, an ACL refusal) leaves the answer unknown:
+    the lease may still be held, until the deadline last confirmed.
+    """
     if isinstance(reply, BaseException):
-        if isinstance(reply, ResponseError):
-            text = str(reply)
-            if text.startswith("WRONGTYPE") or "WRONGTYPE" in type(reply).__name__.upper():
-                return "lost"
-            if text.startswith(_UNCONFIRMED_PREFIXES):
-                return "unknown"
-            # Any other error reply names a problem with this command, not the network;
-            # the lease cannot be confirmed with it, so treat it as unknown until the
-            # deadline decides.
-            return "unknown"
+        if isinstance(reply, ResponseError) and str(reply).startswith("WRONGTYPE"):
+            return "lost"
         return "unknown"
     if reply in (1, b"1", "1"):
         return "confirmed"

@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Any, Dict, List, Optional, Tuple, Type
 
 from redis.backoff import NoBackoff
-from redis.exceptions import ResponseError
+from redis.exceptions import MovedError, ResponseError
 from redis.retry import Retry
 
 from ._core import (
@@ -37,6 +37,19 @@ _clock = time.monotonic
 
 def _is_cluster(client: Any) -> bool:
     return hasattr(client, "get_node_from_key") and hasattr(client, "nodes_manager")
+
+
+def _moved(reply: Any) -> Optional[MovedError]:
+    """The redirect in a reply: a MovedError, or (when the connection was set up without
+    redis-py's cluster parser, as in redis-py 5) a plain ``MOVED slot host:port`` error."""
+    if isinstance(reply, MovedError):
+        return reply
+    if isinstance(reply, ResponseError) and str(reply).startswith("MOVED "):
+        try:
+            return MovedError(str(reply)[len("MOVED ") :])
+        except (ValueError, IndexError):
+            return None
+    return None
 
 
 class Lease(LeaseCore):
@@ -415,7 +428,10 @@ class Leases:
                     continue
                 timeout = batch_timeout(batch, self._tracker, now)
             sent_at = _clock()
-            replies = self._send(batch, timeout)
+            try:
+                replies = self._send(batch, timeout)
+            except Exception as e:  # never let the watchdog die: count it as unanswered
+                replies = [e] * len(batch)
             with self._cond:
                 self.batches += 1
                 Tracker.apply(batch, replies, sent_at, _clock())
@@ -437,15 +453,18 @@ class Leases:
             answers = link.call([commands[i] for i in indexes], timeout)
             for i, answer in zip(indexes, answers):
                 replies[i] = answer
-                if isinstance(answer, ResponseError) and str(answer).startswith(("MOVED", "ASK")):
-                    self._note_redirect(answer)
+                moved = _moved(answer)
+                if moved is not None:
+                    self._note_redirect(moved)
         return replies
 
     def _node_for(self, key: KeyT) -> Any:
         if not _is_cluster(self.client):
             return None
-        node = self.client.get_node_from_key(key)
-        return node.name
+        # Through the nodes manager: it applies a redirect noted by _note_redirect
+        # (RedisCluster.get_node_from_key reads the slot table directly in redis-py 5).
+        manager = self.client.nodes_manager
+        return manager.get_node_from_slot(self.client.keyslot(key)).name
 
     def _link(self, node: Any) -> _Link:
         link = self._links.get(node)
@@ -459,10 +478,13 @@ class Leases:
         return link
 
     def _note_redirect(self, error: Exception) -> None:
-        # Let the cluster client learn the new slot owner, as its own commands would.
+        # Let the cluster client learn the new slot owner, as its own commands would
+        # (redis-py 7+: move_slot; before: update_moved_exception, applied lazily).
         manager = getattr(self.client, "nodes_manager", None)
-        update = getattr(manager, "update_moved_exception", None)
-        if update is not None and type(error).__name__ == "MovedError":
+        update = getattr(manager, "move_slot", None) or getattr(
+            manager, "update_moved_exception", None
+        )
+        if update is not None:
             # A stale slot map only costs another retry.
             with contextlib.suppress(Exception):
                 update(error)

@@ -354,7 +354,10 @@ class Leases:
                 continue
             timeout = batch_timeout(batch, self._tracker, now)
             sent_at = _clock()
-            replies = await self._send(batch, timeout)
+            try:
+                replies = await self._send(batch, timeout)
+            except Exception as e:  # never let the watchdog die: count it as unanswered
+                replies = [e] * len(batch)
             self.batches += 1
             Tracker.apply(batch, replies, sent_at, _clock())
 
