@@ -23,6 +23,13 @@
 //!   on one key, memory per hold. `--shared` runs only these and writes `shared.md` and
 //!   `shared.svg`; `--memory` runs only the memory comparisons (exclusive leases and
 //!   shared holds, 100,000 of each) and writes `memory.md`.
+//! - `sessions` (benches/support/sessions.rs): sessions (issue 17). N leases kept alive by
+//!   one session (one `LEASE.RENEW` of it per period) against N `LEASE.RENEW`s per period
+//!   (commands sent, their server CPU, the server process's CPU); a session with 100,000
+//!   bound holds released, with the probe of `expiry` until every bound key is reaped
+//!   (section d carries it next to the leases expiring together). `--sessions` runs only
+//!   these, against as many leases expiring together, and writes `sessions.md` and
+//!   `sessions.svg`.
 //!
 //! These are benchmarks, not tests: a missed target is reported, never an error. A wrong
 //! reply (a grant refused, a release that released nothing) is an error: the numbers of a
@@ -36,6 +43,8 @@ mod common;
 mod report;
 #[path = "support/resp.rs"]
 mod resp;
+#[path = "support/sessions.rs"]
+mod sessions;
 #[path = "support/shared.rs"]
 mod shared;
 #[path = "support/workload.rs"]
@@ -88,6 +97,14 @@ pub struct Plan {
     /// Holds in each memory layout (one key, and as many keys), and exclusive leases
     /// with `--memory`.
     pub hold_memory: usize,
+    /// Leases kept alive, with a session and without (sessions).
+    pub session_sizes: Vec<usize>,
+    /// Their ttl, how often they are renewed, and how many times in a measurement.
+    pub session_ttl: Duration,
+    pub session_period: Duration,
+    pub session_rounds: usize,
+    /// Holds bound to the session whose end is measured.
+    pub session_end_holds: usize,
 }
 
 impl Plan {
@@ -107,6 +124,13 @@ impl Plan {
             shared_sizes: vec![1, 100, 10_000],
             shared_calls: 20_000,
             hold_memory: 100_000,
+            session_sizes: vec![1, 100, 10_000],
+            // The issue's minute at ttl 30 s renewed every 10 s, compressed 10 times
+            // (`--real-time` runs it as is): the same commands in a tenth of the time.
+            session_ttl: Duration::from_secs(3),
+            session_period: Duration::from_secs(1),
+            session_rounds: 6,
+            session_end_holds: 100_000,
         }
     }
 
@@ -126,6 +150,11 @@ impl Plan {
             shared_sizes: vec![1, 100, 10_000],
             shared_calls: 2_000,
             hold_memory: 10_000,
+            session_sizes: vec![1, 100, 1_000],
+            session_ttl: Duration::from_millis(300),
+            session_period: Duration::from_millis(100),
+            session_rounds: 6,
+            session_end_holds: 2_000,
         }
     }
 }
@@ -139,6 +168,8 @@ pub enum Mode {
     Shared,
     /// Memory only, exclusive and shared: memory.md.
     Memory,
+    /// Sessions only: sessions.md and sessions.svg.
+    Sessions,
 }
 
 struct Options {
@@ -149,10 +180,14 @@ struct Options {
     note: Option<String>,
 }
 
-const USAGE: &str = "usage: scripts/bench [--quick] [--shared | --memory] [--runs N] [--servers redis7,redis8,valkey8,valkey9 | --all-servers] [--out DIR] [--note TEXT]
+const USAGE: &str = "usage: scripts/bench [--quick] [--shared | --memory | --sessions [--real-time]] [--runs N] [--servers redis7,redis8,valkey8,valkey9 | --all-servers] [--out DIR] [--note TEXT]
   --quick        1 run of small sizes (CI smoke); writes to target/bench-quick/ unless --out
   --shared       only shared holds vs the sorted-set semaphore: shared.md, shared.svg
   --memory       only memory per exclusive lease and per shared hold: memory.md
+  --sessions     only sessions: N leases kept alive by one session vs N renewals, and a
+                 session with 100,000 bound holds ending: sessions.md, sessions.svg
+  --real-time    keep-alive at ttl 30 s, a renewal every 10 s, for a minute (default:
+                 compressed 10 times, ttl 3 s, every 1 s, for 6 s)
   --runs N       repeat every measurement N times (default 5, --quick 1)
   --servers LIST servers to measure, first one charted (default redis7)
   --all-servers  redis7,redis8,valkey8,valkey9
@@ -161,6 +196,7 @@ const USAGE: &str = "usage: scripts/bench [--quick] [--shared | --memory] [--run
 
 fn parse_options() -> Options {
     let mut quick = false;
+    let mut real_time = false;
     let mut mode = Mode::All;
     let mut benching = false;
     let mut runs = None;
@@ -179,6 +215,8 @@ fn parse_options() -> Options {
             "--quick" => quick = true,
             "--shared" => mode = Mode::Shared,
             "--memory" => mode = Mode::Memory,
+            "--sessions" => mode = Mode::Sessions,
+            "--real-time" => real_time = true,
             "--runs" => {
                 let v = value("--runs");
                 runs = Some(
@@ -215,6 +253,11 @@ fn parse_options() -> Options {
     let mut plan = if quick { Plan::quick() } else { Plan::full() };
     if let Some(runs) = runs {
         plan.runs = runs;
+    }
+    if real_time {
+        let scale = if quick { 100 } else { 10 };
+        plan.session_ttl *= scale;
+        plan.session_period *= scale;
     }
     let out = out.unwrap_or_else(|| {
         if quick {
@@ -425,6 +468,20 @@ pub struct ExpiryWay {
     pub server_wait_ms: Samples,
 }
 
+impl ExpiryWay {
+    fn push(&mut self, o: &ExpiryOutcome) {
+        self.max_us.push(o.max_us);
+        self.p99_us.push(o.p99_us);
+        self.probes.push(o.probes as f64);
+        self.idle_max_us.push(o.idle_max_us);
+        self.idle_p99_us.push(o.idle_p99_us);
+        self.drain_ms.push(o.drain_ms);
+        self.server_step_ms.push(o.server_step_ms);
+        self.server_cpu_ms.push(o.server_cpu_ms);
+        self.server_wait_ms.push(o.server_wait_ms);
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct ExpiryResult {
     pub keys: usize,
@@ -457,6 +514,7 @@ pub struct ServerResult {
     pub expiry: ExpiryResult,
     pub curve: CurveResult,
     pub shared: shared::SharedResult,
+    pub sessions: sessions::SessionResult,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -955,19 +1013,10 @@ fn bench_expiry(flavor: Flavor, plan: &Plan) -> ExpiryResult {
         for way in ways {
             let (outcome, took) = expiry_run(&server, &mut conn, way, n, grant_estimate);
             grant_estimate = grant_estimate.max(took.mul_f64(1.3));
-            let into = match way {
-                Way::Native => &mut result.native,
-                Way::Lua => &mut result.lua,
-            };
-            into.max_us.push(outcome.max_us);
-            into.p99_us.push(outcome.p99_us);
-            into.probes.push(outcome.probes as f64);
-            into.idle_max_us.push(outcome.idle_max_us);
-            into.idle_p99_us.push(outcome.idle_p99_us);
-            into.drain_ms.push(outcome.drain_ms);
-            into.server_step_ms.push(outcome.server_step_ms);
-            into.server_cpu_ms.push(outcome.server_cpu_ms);
-            into.server_wait_ms.push(outcome.server_wait_ms);
+            match way {
+                Way::Native => result.native.push(&outcome),
+                Way::Lua => result.lua.push(&outcome),
+            }
         }
         progress(&format!("expiry run {}/{} done", run + 1, plan.runs));
     }
@@ -1064,6 +1113,18 @@ fn latency_max(conn: &mut Conn, event: &str) -> f64 {
 }
 
 fn probe_expiry(server: &Server, conn: &mut Conn, deadline: Instant) -> ExpiryOutcome {
+    probe_drain(server, conn, deadline, None)
+}
+
+/// Times probe round trips from well before `deadline` until DBSIZE reaches 0 after it.
+/// With `at_deadline`, the probe waits for the deadline and then calls it (what ends the
+/// keys: a session's release) before it polls DBSIZE.
+fn probe_drain(
+    server: &Server,
+    conn: &mut Conn,
+    deadline: Instant,
+    mut at_deadline: Option<&mut dyn FnMut(&mut Conn)>,
+) -> ExpiryOutcome {
     let stop = Arc::new(AtomicBool::new(false));
     let probe = {
         let stop = Arc::clone(&stop);
@@ -1086,15 +1147,21 @@ fn probe_expiry(server: &Server, conn: &mut Conn, deadline: Instant) -> ExpiryOu
         })
     };
     // Poll DBSIZE every 5 ms once the deadline is near.
-    let mut at_deadline = None;
+    let mut at_deadline_cpu = None;
     let drained_at = loop {
         let now = Instant::now();
         if now + Duration::from_millis(5) < deadline {
             thread::sleep(Duration::from_millis(5));
             continue;
         }
-        if at_deadline.is_none() {
-            at_deadline = Some(schedstat(server.pid));
+        if at_deadline_cpu.is_none() {
+            if let Some(end) = at_deadline.take() {
+                thread::sleep(deadline.saturating_duration_since(Instant::now()));
+                at_deadline_cpu = Some(schedstat(server.pid));
+                end(conn);
+            } else {
+                at_deadline_cpu = Some(schedstat(server.pid));
+            }
         }
         let size = conn
             .call(&[b"DBSIZE"])
@@ -1111,7 +1178,7 @@ fn probe_expiry(server: &Server, conn: &mut Conn, deadline: Instant) -> ExpiryOu
         thread::sleep(Duration::from_millis(5));
     };
     let at_drained = schedstat(server.pid);
-    let (cpu_ms, wait_ms) = match (at_deadline.flatten(), at_drained) {
+    let (cpu_ms, wait_ms) = match (at_deadline_cpu.flatten(), at_drained) {
         (Some(a), Some(b)) => (
             b.0.saturating_sub(a.0) as f64 / 1e6,
             b.1.saturating_sub(a.1) as f64 / 1e6,
@@ -1305,8 +1372,10 @@ fn main() {
     let module = common::module_path();
     progress(&format!("module: {}", module.display()));
     let started = Instant::now();
-    if options.mode != Mode::All {
-        return main_shared(&options, machine, started);
+    match options.mode {
+        Mode::All => {}
+        Mode::Sessions => return main_sessions(&options, machine, started),
+        Mode::Shared | Mode::Memory => return main_shared(&options, machine, started),
     }
     let mut results = Vec::new();
     for &flavor in &options.flavors {
@@ -1318,6 +1387,7 @@ fn main() {
         let expiry = bench_expiry(flavor, plan);
         let curve = bench_curve(flavor, plan);
         let shared = shared::bench(flavor, plan, true, false);
+        let sessions = sessions::bench(flavor, plan, false);
         results.push(ServerResult {
             flavor,
             version,
@@ -1327,6 +1397,7 @@ fn main() {
             expiry,
             curve,
             shared,
+            sessions,
         });
     }
     let mut machine = machine;
@@ -1346,6 +1417,14 @@ fn main() {
         write(
             &svg,
             &chart::shared_svg(&first.version, &first.shared, plan, &machine),
+        );
+        println!("wrote {}", svg.display());
+    }
+    if first.sessions.supported {
+        let svg = options.out.join("sessions.svg");
+        write(
+            &svg,
+            &chart::sessions_svg(&first.version, &first.sessions, plan, &machine),
         );
         println!("wrote {}", svg.display());
     }
@@ -1391,6 +1470,39 @@ fn main_shared(options: &Options, mut machine: report::Machine, started: Instant
         write(
             &svg,
             &chart::shared_svg(&first.version, &first.shared, plan, &machine),
+        );
+        println!("wrote {}", svg.display());
+    }
+}
+
+/// `--sessions`: only the session comparisons.
+fn main_sessions(options: &Options, mut machine: report::Machine, started: Instant) {
+    let plan = &options.plan;
+    let mut results = Vec::new();
+    for &flavor in &options.flavors {
+        let version = server_version(&start(flavor));
+        progress(&format!("{flavor}: {version}"));
+        let sessions = sessions::bench(flavor, plan, true);
+        results.push(report::SessionServer {
+            flavor,
+            version,
+            sessions,
+        });
+    }
+    machine.finish(started.elapsed());
+    let md = report::sessions_markdown(&results, plan, &machine);
+    println!("{md}");
+    std::fs::create_dir_all(&options.out)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", options.out.display()));
+    let path = options.out.join("sessions.md");
+    write(&path, &md);
+    println!("wrote {}", path.display());
+    let first = &results[0];
+    if first.sessions.supported {
+        let svg = options.out.join("sessions.svg");
+        write(
+            &svg,
+            &chart::sessions_svg(&first.version, &first.sessions, plan, &machine),
         );
         println!("wrote {}", svg.display());
     }

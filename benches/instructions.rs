@@ -24,9 +24,16 @@
 //! key. CI also checks that RENEW and RELEASE of one shared hold among 10,000 count at
 //! most twice what they count with the hold alone.
 //!
+//! Sessions (issue 17) are counted last: `LEASE.RENEW` of a session with no hold bound to
+//! it and with 100,000 bound (ttl 0), and `LEASE.ACQUIRE … SESSION` against a plain
+//! `LEASE.ACQUIRE`, both on fresh keys. The 100,000 holds are bound with callgrind's
+//! instrumentation off (set-up, not counted, and several times faster so). CI checks that
+//! the session's RENEW with 100,000 bound holds counts at most 5% more than with none, and
+//! that an ACQUIRE with SESSION counts at most 1.5 times a plain one.
+//!
 //! Usage: `cargo bench --bench instructions -- [--servers LIST] [--calls N]
-//! [--shared-calls N] [--out FILE]` (`scripts/instructions` installs valgrind and the
-//! servers, then runs this).
+//! [--shared-calls N] [--session-calls N] [--out FILE]` (`scripts/instructions` installs
+//! valgrind and the servers, then runs this).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -45,9 +52,10 @@ use std::process::Command;
 use common::{Flavor, Server, ServerOptions};
 use resp::{decimal, encode, Conn, Reply};
 use workload::{
-    acquire, acquire_shared, drive, eval_release, eval_renew, is_one, key, load_scripts,
-    load_sem_scripts, release, renew, sem_acquire, sem_release, sem_renew, server_version,
-    set_nx_px, supports_shared, token, Layout, Scripts, SemScripts, CHUNK, COUNTER_KEYS,
+    acquire, acquire_bound, acquire_shared, drive, eval_release, eval_renew, is_one, key,
+    load_scripts, load_sem_scripts, release, renew, sem_acquire, sem_release, sem_renew,
+    server_version, set_nx_px, supports_sessions, supports_shared, token, Layout, Scripts,
+    SemScripts, CHUNK, COUNTER_KEYS,
 };
 
 const TTL: &[u8] = b"3600000";
@@ -352,18 +360,237 @@ const GROWTH_BOUNDS: &[Growth] = &[
     },
 ];
 
+// ---------------------------------------------------------------------------------------
+// Sessions (issue 17)
+
+/// Holds bound to the session when its RENEW is counted the second time.
+const BOUND_HOLDS: usize = 100_000;
+/// The session every bound hold of this section is bound to, and its token.
+const SESSION_KEY: &[u8] = b"session:bench";
+
+fn session_token() -> [u8; 32] {
+    token(1 << 42)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum SessionOp {
+    /// `LEASE.RENEW` of the session before any hold is bound to it.
+    RenewAlone,
+    /// A plain `LEASE.ACQUIRE` of a fresh key, before any hold is bound on the server.
+    Acquire,
+    /// `LEASE.ACQUIRE` of a fresh key bound to the session with ttl 0.
+    AcquireBound,
+    /// `LEASE.RENEW` of the session with `BOUND_HOLDS` holds bound to it.
+    RenewBound,
+    /// A plain `LEASE.ACQUIRE` of a fresh key while `BOUND_HOLDS` holds are bound on the
+    /// server (not checked: what sessions cost the commands that do not use them).
+    AcquireAmongBound,
+}
+
+impl SessionOp {
+    /// In the order they run.
+    const ALL: [SessionOp; 5] = [
+        SessionOp::RenewAlone,
+        SessionOp::Acquire,
+        SessionOp::AcquireBound,
+        SessionOp::RenewBound,
+        SessionOp::AcquireAmongBound,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            SessionOp::RenewAlone => "LEASE.RENEW session token ttl, 0 bound holds",
+            SessionOp::Acquire => "LEASE.ACQUIRE key ttl TOKEN token",
+            SessionOp::AcquireBound => "LEASE.ACQUIRE key 0 TOKEN token SESSION session token",
+            SessionOp::RenewBound => "LEASE.RENEW session token ttl, 100,000 bound holds",
+            SessionOp::AcquireAmongBound => {
+                "LEASE.ACQUIRE key ttl TOKEN token, 100,000 holds bound on the server"
+            }
+        }
+    }
+}
+
+/// A bound on the ratio of two session steps' instructions per call.
+struct SessionBound {
+    what: &'static str,
+    over: SessionOp,
+    base: SessionOp,
+    max: f64,
+}
+
+/// Issue 17: one RENEW keeps every bound hold alive, O(1) in their number; binding a hold
+/// costs at most half as much again as a plain grant.
+const SESSION_BOUNDS: &[SessionBound] = &[
+    SessionBound {
+        what: "RENEW of a session, 100,000 bound holds over 0",
+        over: SessionOp::RenewBound,
+        base: SessionOp::RenewAlone,
+        max: 1.05,
+    },
+    SessionBound {
+        what: "ACQUIRE with SESSION (ttl 0) over a plain ACQUIRE",
+        over: SessionOp::AcquireBound,
+        base: SessionOp::Acquire,
+        max: 1.5,
+    },
+];
+
+/// Sends the `n` commands of one session step, checking every reply.
+fn run_session_step(conn: &mut Conn, op: SessionOp, n: usize) {
+    let st = session_token();
+    match op {
+        SessionOp::RenewAlone | SessionOp::RenewBound => drive(
+            conn,
+            n,
+            op.label(),
+            |_, b| renew(b, SESSION_KEY, &st, TTL),
+            |_, r| is_one(r),
+        ),
+        _ => session_acquires(conn, op, op.prefix(), 0, n, op.label()),
+    }
+}
+
+impl SessionOp {
+    /// The keys an acquire step takes (`prefix:00000000`...).
+    fn prefix(self) -> &'static str {
+        match self {
+            SessionOp::Acquire => "sa",
+            SessionOp::AcquireBound => "sb",
+            SessionOp::AcquireAmongBound => "sc",
+            SessionOp::RenewAlone | SessionOp::RenewBound => "",
+        }
+    }
+
+    fn acquires(self) -> bool {
+        !self.prefix().is_empty()
+    }
+}
+
+/// Acquires keys `prefix:from..prefix:to` as step `op` does: plainly, or bound to the
+/// session with ttl 0.
+fn session_acquires(
+    conn: &mut Conn,
+    op: SessionOp,
+    prefix: &str,
+    from: usize,
+    to: usize,
+    what: &str,
+) {
+    let st = session_token();
+    let bound = op == SessionOp::AcquireBound;
+    drive(
+        conn,
+        to - from,
+        what,
+        |i, b| {
+            let (k, t) = (key(prefix, from + i), token(from + i));
+            if bound {
+                acquire_bound(b, &k, &t, b"0", SESSION_KEY, &st)
+            } else {
+                acquire(b, &k, &t, TTL)
+            }
+        },
+        |i, r| matches!(r, Reply::Array(Some(a)) if r.is_grant() && a[0].bulk() == Some(&token(from + i)[..])),
+    );
+}
+
+/// Before an acquire step: `n` acquires of the same kind on other keys, released again.
+/// The counted step then finds the allocator as a server whose keys come and go has it
+/// (freed blocks of each size to reuse), for the plain and the bound grant alike, rather
+/// than growing it from wherever the step before left it.
+fn warm_up(conn: &mut Conn, op: SessionOp, n: usize) {
+    let prefix = format!("w{}", op.prefix());
+    session_acquires(conn, op, &prefix, 0, n, "warm-up acquires");
+    drive(
+        conn,
+        n,
+        "warm-up releases",
+        |i, b| release(b, &key(&prefix, i), &token(i)),
+        |_, r| is_one(r),
+    );
+}
+
+/// The session steps, on an empty database 0: (step, instructions per call).
+fn count_sessions(counted: &mut Counted, conn: &mut Conn, n: usize) -> Vec<(SessionOp, f64)> {
+    conn.must(&["SELECT", "0"]);
+    conn.must(&["FLUSHDB"]);
+    let mut buf = Vec::new();
+    acquire(&mut buf, SESSION_KEY, &session_token(), TTL);
+    conn.send(&buf)
+        .unwrap_or_else(|e| panic!("session: cannot send: {e}"));
+    let reply = conn
+        .read()
+        .unwrap_or_else(|e| panic!("session: cannot read: {e}"));
+    assert!(reply.is_grant(), "the session's ACQUIRE: {reply:?}");
+    let mut out = Vec::new();
+    for op in SessionOp::ALL {
+        if op == SessionOp::RenewBound {
+            // The rest of the bound holds: set-up, with the instrumentation off.
+            counted.instrument(false);
+            let bound = SessionOp::AcquireBound;
+            let prefix = bound.prefix();
+            session_acquires(
+                conn,
+                bound,
+                prefix,
+                n,
+                BOUND_HOLDS.max(n),
+                "bind the session's other holds",
+            );
+            counted.instrument(true);
+            let bound = session_bound(conn);
+            assert_eq!(
+                bound,
+                BOUND_HOLDS.max(n) as i64,
+                "holds bound to the session"
+            );
+        }
+        if op.acquires() {
+            warm_up(conn, op, n);
+        }
+        counted.zero();
+        run_session_step(conn, op, n);
+        let ir = counted.per_call(n);
+        eprintln!(
+            "instructions: {} {:<72} {ir:>8.0} per call",
+            counted.server.flavor,
+            op.label()
+        );
+        out.push((op, ir));
+    }
+    conn.must(&["FLUSHDB"]);
+    out
+}
+
+/// `bound` of `LEASE.INFO` of the session.
+fn session_bound(conn: &mut Conn) -> i64 {
+    let reply = conn
+        .call(&[b"LEASE.INFO", SESSION_KEY])
+        .unwrap_or_else(|e| panic!("LEASE.INFO of the session: {e}"));
+    let Reply::Array(Some(fields)) = &reply else {
+        panic!("LEASE.INFO of the session: {reply:?}");
+    };
+    fields
+        .chunks(2)
+        .find(|f| f[0].bulk() == Some(&b"bound"[..]))
+        .and_then(|f| f.get(1)?.int())
+        .unwrap_or_else(|| panic!("LEASE.INFO of the session has no bound: {reply:?}"))
+}
+
 struct Options {
     flavors: Vec<Flavor>,
     calls: usize,
     shared_calls: usize,
+    session_calls: usize,
     out: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: cargo bench --bench instructions -- [--servers redis7,redis8,valkey8,valkey9] [--calls N] [--shared-calls N] [--out FILE]
-  --servers LIST    servers to count on (default all four)
-  --calls N         commands per step (default 20000)
-  --shared-calls N  commands per shared-hold step at each size (default 1000)
-  --out FILE        also write the tables as markdown to FILE";
+const USAGE: &str = "usage: cargo bench --bench instructions -- [--servers redis7,redis8,valkey8,valkey9] [--calls N] [--shared-calls N] [--session-calls N] [--out FILE]
+  --servers LIST     servers to count on (default all four)
+  --calls N          commands per step (default 20000)
+  --shared-calls N   commands per shared-hold step at each size (default 1000)
+  --session-calls N  commands per session step (default 2000)
+  --out FILE         also write the tables as markdown to FILE";
 
 fn fail(message: &str) -> ! {
     eprintln!("instructions: {message}\n{USAGE}");
@@ -375,6 +602,7 @@ fn parse_options() -> Options {
         flavors: Flavor::ALL.to_vec(),
         calls: 20_000,
         shared_calls: 1000,
+        session_calls: 2000,
         out: None,
     };
     let mut args = std::env::args().skip(1);
@@ -411,6 +639,14 @@ fn parse_options() -> Options {
                     .ok()
                     .filter(|&n| n >= 100)
                     .unwrap_or_else(|| fail(&format!("bad --shared-calls {v:?} (at least 100)")));
+            }
+            "--session-calls" => {
+                let v = value("--session-calls");
+                options.session_calls = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| n >= 100)
+                    .unwrap_or_else(|| fail(&format!("bad --session-calls {v:?} (at least 100)")));
             }
             "--out" => options.out = Some(PathBuf::from(value("--out"))),
             "-h" | "--help" => {
@@ -471,6 +707,13 @@ impl Counted {
     /// Zeroes the counters.
     fn zero(&self) {
         self.control("-z");
+    }
+
+    /// Switches the instrumentation off (set-up that is not counted runs several times
+    /// faster without it) or back on. Both happen between commands, and counting starts
+    /// with a `zero` after it is back on.
+    fn instrument(&self, on: bool) {
+        self.control(if on { "--instr=on" } else { "--instr=off" });
     }
 
     /// Dumps the counters and reads them: instructions per top-level `call()`, checking
@@ -607,6 +850,8 @@ struct Counts {
     per_call: Vec<(Step, f64)>,
     /// (step, holds on the key, instructions per call).
     shared: Vec<(SharedOp, usize, f64)>,
+    /// (step, instructions per call); empty without sessions (before issue 17).
+    sessions: Vec<(SessionOp, f64)>,
 }
 
 impl Counts {
@@ -633,6 +878,13 @@ impl Counts {
             .map_or(f64::NAN, |&(_, _, v)| v)
     }
 
+    fn session(&self, op: SessionOp) -> f64 {
+        self.sessions
+            .iter()
+            .find(|&&(o, _)| o == op)
+            .map_or(f64::NAN, |&(_, v)| v)
+    }
+
     /// Instructions per call among the most holds over the same with the hold alone.
     fn growth(&self, op: SharedOp) -> f64 {
         let (first, last) = (SHARED_SIZES[0], SHARED_SIZES[SHARED_SIZES.len() - 1]);
@@ -640,7 +892,7 @@ impl Counts {
     }
 }
 
-fn count(flavor: Flavor, n: usize, shared_calls: usize) -> Counts {
+fn count(flavor: Flavor, n: usize, shared_calls: usize, session_calls: usize) -> Counts {
     let mut counted = Counted::start(flavor);
     let mut conn = Conn::connect(counted.server.port)
         .unwrap_or_else(|e| panic!("cannot connect to {flavor}: {e}"));
@@ -690,15 +942,25 @@ fn count(flavor: Flavor, n: usize, shared_calls: usize) -> Counts {
             conn.must(&["FLUSHDB"]);
         }
     }
+    // Sessions last: their 100,000 bound holds would weigh on every step after them.
+    conn.must(&["SELECT", "0"]);
+    let sessions = if supports_sessions(&mut conn) {
+        count_sessions(&mut counted, &mut conn, session_calls)
+    } else {
+        eprintln!("instructions: {flavor}: the module has no SESSION (before issue 17): sessions not counted");
+        Vec::new()
+    };
     Counts {
         flavor,
         version,
         per_call,
         shared,
+        sessions,
     }
 }
 
-fn report(all: &[Counts], n: usize, shared_calls: usize) -> (String, bool) {
+fn report(all: &[Counts], options: &Options) -> (String, bool) {
+    let (n, shared_calls) = (options.calls, options.shared_calls);
     let mut md = String::new();
     let mut ok = true;
     let _ = writeln!(
@@ -758,6 +1020,7 @@ fn report(all: &[Counts], n: usize, shared_calls: usize) -> (String, bool) {
         md.push('\n');
     }
     ok &= shared_report(&mut md, all, shared_calls);
+    ok &= session_report(&mut md, all, options.session_calls);
     (md, ok)
 }
 
@@ -898,14 +1161,105 @@ fn shared_report(md: &mut String, all: &[Counts], shared_calls: usize) -> bool {
     ok
 }
 
+/// The session tables; false when a ratio is over its bound.
+fn session_report(md: &mut String, all: &[Counts], calls: usize) -> bool {
+    let mut ok = true;
+    if all.iter().any(|c| c.sessions.is_empty()) {
+        let _ = writeln!(
+            md,
+            "\nSessions not counted: the module has no `SESSION` (before issue 17)."
+        );
+        return ok;
+    }
+    let _ = writeln!(
+        md,
+        "\n## Sessions\n\n\
+         In an empty database after the steps above, {calls} commands per step, in this \
+         order: `LEASE.RENEW` of a session (an exclusive lease, 1 h) with no hold bound to \
+         it; a plain `LEASE.ACQUIRE` of fresh keys; `LEASE.ACQUIRE` of fresh keys bound to \
+         the session with ttl 0 (`SESSION`); then, once {bound} holds are bound to the \
+         session (the rest bound with callgrind's instrumentation off, not counted), \
+         `LEASE.RENEW` of the session again and a plain `LEASE.ACQUIRE` of fresh keys again. \
+         32-hex-character tokens throughout. Before each ACQUIRE step, as many acquires of \
+         the same kind on other keys are made and released, uncounted, so that each finds \
+         the allocator with freed blocks to reuse, as on a server whose keys come and go. \
+         The plain ACQUIRE before any hold is bound on the server takes version 1's compact \
+         path; once one is, every grant also looks at whether the key it replaces was a \
+         session.\n",
+        bound = thousands(BOUND_HOLDS),
+    );
+    header(md, "Command", all);
+    for op in SessionOp::ALL {
+        let _ = write!(md, "| `{}` |", op.label());
+        for c in all {
+            let _ = write!(md, " {:.0} |", c.session(op));
+        }
+        md.push('\n');
+    }
+    md.push('\n');
+    header(md, "Ratio (bound)", all);
+    let ratios: [(&str, SessionOp, SessionOp); 3] = [
+        (
+            "RENEW of a session, 100,000 bound holds over 0",
+            SessionOp::RenewBound,
+            SessionOp::RenewAlone,
+        ),
+        (
+            "ACQUIRE with SESSION (ttl 0) over a plain ACQUIRE",
+            SessionOp::AcquireBound,
+            SessionOp::Acquire,
+        ),
+        (
+            "plain ACQUIRE, 100,000 holds bound on the server over none",
+            SessionOp::AcquireAmongBound,
+            SessionOp::Acquire,
+        ),
+    ];
+    for (what, over, base) in ratios {
+        let bound = SESSION_BOUNDS
+            .iter()
+            .find(|b| b.over == over && b.base == base);
+        let _ = write!(md, "| {what} |");
+        for c in all {
+            let r = c.session(over) / c.session(base);
+            match bound {
+                Some(b) => {
+                    let within = r <= b.max;
+                    ok &= within;
+                    let over = if within { "" } else { " **over**" };
+                    let _ = write!(md, " {r:.3} (≤ {:.2}){over} |", b.max);
+                    if !within {
+                        eprintln!(
+                            "instructions: {}: {} is {r:.3}, over its bound {:.2}",
+                            c.flavor, b.what, b.max
+                        );
+                    }
+                }
+                None => {
+                    let _ = write!(md, " {r:.3} |");
+                }
+            }
+        }
+        md.push('\n');
+    }
+    ok
+}
+
 fn main() {
     let options = parse_options();
     let all: Vec<Counts> = options
         .flavors
         .iter()
-        .map(|&f| count(f, options.calls, options.shared_calls))
+        .map(|&f| {
+            count(
+                f,
+                options.calls,
+                options.shared_calls,
+                options.session_calls,
+            )
+        })
         .collect();
-    let (md, ok) = report(&all, options.calls, options.shared_calls);
+    let (md, ok) = report(&all, &options);
     println!("{md}");
     if let Some(out) = &options.out {
         std::fs::write(out, &md).unwrap_or_else(|e| panic!("cannot write {}: {e}", out.display()));

@@ -2,10 +2,13 @@
 //! server CPU per call, the cost-vs-live-keys curve, throughput, memory, probe latency
 //! during mass expiry, and the targets' verdicts. `shared.svg`: shared holds against the
 //! sorted-set semaphore (cost among 1 to 10,000 holds, throughput, memory per hold).
+//! `sessions.svg`: N leases kept alive by one session against a RENEW per lease, and a
+//! session's end against as many leases expiring together.
 
 use std::fmt::Write as _;
 
 use crate::report::{self, count, Machine};
+use crate::sessions::SessionResult;
 use crate::shared::SharedResult;
 use crate::{Op, Plan, ServerResult};
 
@@ -13,7 +16,9 @@ const WIDTH: f64 = 1000.0;
 const HEIGHT: f64 = 1000.0;
 const LUA: &str = "#d9822b";
 const NATIVE: &str = "#2f6db5";
-const COLORS: [&str; 2] = [LUA, NATIVE];
+/// A baseline (nothing sent), third to the two ways.
+const BASE: &str = "#8a9099";
+const COLORS: [&str; 3] = [LUA, NATIVE, BASE];
 const FONT: &str = "font-family=\"Helvetica, Arial, sans-serif\"";
 
 struct Bar {
@@ -128,7 +133,7 @@ fn hbars(
                 s,
                 "<rect x=\"{left:.1}\" y=\"{by:.1}\" width=\"{len:.1}\" height=\"{:.1}\" fill=\"{}\"/>",
                 bar_h - 3.0,
-                COLORS[b.series % 2]
+                COLORS[b.series % COLORS.len()]
             );
             text(
                 s,
@@ -201,6 +206,7 @@ fn lines(
     xs: &[usize],
     series: &[Series],
     x_label: &str,
+    y_label: &str,
 ) {
     panel(s, x, y, w, h, title);
     let left = x + 52.0;
@@ -279,7 +285,7 @@ fn lines(
         11.0,
         "start",
         "fill=\"#555\"",
-        "µs per call",
+        y_label,
     );
     for (i, se) in series.iter().enumerate() {
         let dash = if se.dashed {
@@ -469,6 +475,7 @@ pub fn svg(r: &ServerResult, plan: &Plan, machine: &Machine) -> String {
         &xs,
         &series,
         "live leases / SET NX PX keys (log scale)",
+        "µs per call",
     );
 
     let t = &r.throughput;
@@ -691,6 +698,7 @@ pub fn shared_svg(version: &str, r: &SharedResult, plan: &Plan, machine: &Machin
         &xs,
         &series,
         "holds on the key (log scale)",
+        "µs per call",
     );
 
     let us = |v: f64| format!("{v:.2} µs");
@@ -777,6 +785,216 @@ pub fn shared_svg(version: &str, r: &SharedResult, plan: &Plan, machine: &Machin
         "Memory per hold, bytes",
         &mem,
         175.0,
+        None,
+    );
+    let _ = writeln!(s, "</svg>");
+    s
+}
+
+/// `sessions.svg`: one server's session comparisons (the README's chart of issue 17).
+pub fn sessions_svg(version: &str, r: &SessionResult, plan: &Plan, machine: &Machine) -> String {
+    const H: f64 = 770.0;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{H}\" viewBox=\"0 0 {WIDTH} {H}\" {FONT}>"
+    );
+    let _ = writeln!(s, "<rect width=\"100%\" height=\"100%\" fill=\"#f6f7f9\"/>");
+    text(
+        &mut s,
+        20.0,
+        30.0,
+        19.0,
+        "start",
+        "font-weight=\"bold\" fill=\"#111\"",
+        "Sessions: one keepalive for N leases, and the end of one",
+    );
+    text(
+        &mut s,
+        20.0,
+        50.0,
+        12.0,
+        "start",
+        "fill=\"#555\"",
+        &format!(
+            "{} · {} × {} · median of {} run(s){} · {} · keep-alive: {}",
+            version,
+            machine.cores,
+            machine.cpu_model,
+            plan.runs,
+            if plan.quick { " (quick smoke)" } else { "" },
+            machine.date,
+            report::keepalive_timing(plan)
+        ),
+    );
+    for (i, (color, name)) in [
+        (LUA, "a RENEW per lease (ordinary leases)"),
+        (NATIVE, "one session (holds bound with ttl 0)"),
+        (BASE, "nothing sent (baseline)"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let lx = 20.0 + i as f64 * 330.0;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{lx}\" y=\"62\" width=\"14\" height=\"12\" fill=\"{color}\"/>"
+        );
+        text(
+            &mut s,
+            lx + 20.0,
+            73.0,
+            11.0,
+            "start",
+            "fill=\"#333\"",
+            name,
+        );
+    }
+
+    let xs: Vec<usize> = r.keepalive.iter().map(|p| p.leases).collect();
+    let col =
+        |f: fn(&crate::sessions::KeepPoint) -> f64| r.keepalive.iter().map(f).collect::<Vec<_>>();
+    let idle = r.idle.cpu_ms.median();
+    let cpu = vec![
+        Series {
+            name: "a RENEW per lease".into(),
+            color: LUA,
+            dashed: false,
+            values: col(|p| p.each.cpu_ms.median()),
+        },
+        Series {
+            name: "one session".into(),
+            color: NATIVE,
+            dashed: false,
+            values: col(|p| p.session.cpu_ms.median()),
+        },
+        Series {
+            name: "nothing sent".into(),
+            color: BASE,
+            dashed: true,
+            values: xs.iter().map(|_| idle).collect(),
+        },
+    ];
+    lines(
+        &mut s,
+        20.0,
+        90.0,
+        470.0,
+        310.0,
+        "Server process CPU while keeping N leases alive",
+        &xs,
+        &cpu,
+        "leases kept alive (log scale)",
+        "ms (used_cpu_sys + used_cpu_user)",
+    );
+
+    let commands: Vec<Group> = r
+        .keepalive
+        .iter()
+        .map(|p| {
+            group(
+                &format!(
+                    "{} lease{}",
+                    count(p.leases as f64),
+                    if p.leases == 1 { "" } else { "s" }
+                ),
+                p.each.commands.median(),
+                p.session.commands.median(),
+                count,
+            )
+        })
+        .collect();
+    hbars(
+        &mut s,
+        510.0,
+        90.0,
+        470.0,
+        310.0,
+        "Commands sent to keep N leases alive",
+        &commands,
+        100.0,
+        None,
+    );
+
+    let e = &r.end;
+    let ms = |v: f64| format!("{v:.2} ms");
+    let pair = |label: &str, f: fn(&crate::ExpiryWay) -> f64, fmt: &dyn Fn(f64) -> String| {
+        let leases = e.leases.as_ref().map_or(f64::NAN, f);
+        let session = f(&e.session);
+        Group {
+            label: label.to_string(),
+            bars: vec![
+                Bar {
+                    series: 0,
+                    value: leases,
+                    text: if leases.is_finite() {
+                        fmt(leases)
+                    } else {
+                        String::new()
+                    },
+                },
+                Bar {
+                    series: 1,
+                    value: session,
+                    text: fmt(session),
+                },
+            ],
+        }
+    };
+    let holds = count(e.holds as f64);
+    for (i, (color, name)) in [
+        (LUA, format!("{holds} leases expiring together")),
+        (
+            NATIVE,
+            format!("a session with {holds} bound holds released"),
+        ),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let lx = 20.0 + i as f64 * 330.0;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{lx}\" y=\"420\" width=\"14\" height=\"12\" fill=\"{color}\"/>"
+        );
+        text(
+            &mut s,
+            lx + 20.0,
+            431.0,
+            11.0,
+            "start",
+            "fill=\"#333\"",
+            name,
+        );
+    }
+    hbars(
+        &mut s,
+        20.0,
+        450.0,
+        470.0,
+        300.0,
+        "PING round trip while the keys are deleted",
+        &[
+            pair("worst, deleting", |w| report::worst(&w.max_us) / 1e3, &ms),
+            pair("p99, deleting", |w| w.p99_us.median() / 1e3, &ms),
+            pair("max, before", |w| w.idle_max_us.median() / 1e3, &ms),
+        ],
+        110.0,
+        None,
+    );
+    let secs = |v: f64| format!("{v:.2} s");
+    hbars(
+        &mut s,
+        510.0,
+        450.0,
+        470.0,
+        300.0,
+        &format!("Until all {holds} keys are deleted"),
+        &[
+            pair("→ DBSIZE 0", |w| w.drain_ms.median() / 1e3, &secs),
+            pair("server CPU", |w| w.server_cpu_ms.median() / 1e3, &secs),
+        ],
+        110.0,
         None,
     );
     let _ = writeln!(s, "</svg>");

@@ -5,8 +5,9 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::common::Flavor;
+use crate::sessions::SessionResult;
 use crate::shared::SharedResult;
-use crate::{Mode, Op, Plan, Samples, ServerResult};
+use crate::{ExpiryWay, Mode, Op, Plan, Samples, ServerResult};
 
 /// What the numbers were measured on.
 pub struct Machine {
@@ -470,72 +471,34 @@ fn server_tables(out: &mut String, r: &ServerResult, plan: &Plan) {
         crate::EXPIRY_LEAD.as_secs_f64(),
         crate::PROBE_GAP.as_secs_f64() * 1e3
     );
-    let _ = writeln!(
-        out,
-        "| Measure | leases (redis-lease) | `PX` strings (Redis) |"
-    );
-    let _ = writeln!(out, "|---|---|---|");
-    let ms = |s: &Samples| Samples(s.0.iter().map(|v| v / 1e3).collect());
-    let _ = writeln!(
-        out,
-        "| probe round trip while deleting, worst | **{:.2}** | {:.2} |",
-        worst(&e.native.max_us) / 1e3,
-        worst(&e.lua.max_us) / 1e3
-    );
-    let _ = writeln!(
-        out,
-        "| probe round trip while deleting, max | {} | {} |",
-        spread(&ms(&e.native.max_us), 2),
-        spread(&ms(&e.lua.max_us), 2)
-    );
-    let _ = writeln!(
-        out,
-        "| probe round trip while deleting, p99 | {} | {} |",
-        spread(&ms(&e.native.p99_us), 2),
-        spread(&ms(&e.lua.p99_us), 2)
-    );
-    let _ = writeln!(
-        out,
-        "| probe round trip before the deadline, max | {} | {} |",
-        spread(&ms(&e.native.idle_max_us), 2),
-        spread(&ms(&e.lua.idle_max_us), 2)
-    );
-    let _ = writeln!(
-        out,
-        "| probe round trip before the deadline, p99 | {} | {} |",
-        spread(&ms(&e.native.idle_p99_us), 2),
-        spread(&ms(&e.lua.idle_p99_us), 2)
-    );
-    let _ = writeln!(
-        out,
-        "| longest deletion step timed by the server (LATENCY), worst | {:.0} | {:.0} |",
-        e.native.server_step_ms.max(),
-        e.lua.server_step_ms.max()
-    );
-    let _ = writeln!(
-        out,
-        "| probes while deleting | {} | {} |",
-        count(e.native.probes.median()),
-        count(e.lua.probes.median())
-    );
-    let _ = writeln!(
-        out,
-        "| deadline → DBSIZE 0 | {} | {} |",
-        spread(&e.native.drain_ms, 0),
-        spread(&e.lua.drain_ms, 0)
-    );
-    let _ = writeln!(
-        out,
-        "| server on a CPU in that time | {} | {} |",
-        spread(&e.native.server_cpu_ms, 0),
-        spread(&e.lua.server_cpu_ms, 0)
-    );
-    let _ = writeln!(
-        out,
-        "| server runnable but waiting for a CPU in that time | {} | {} |",
-        spread(&e.native.server_wait_ms, 0),
-        spread(&e.lua.server_wait_ms, 0)
-    );
+    let mut columns = vec![
+        ("leases (redis-lease)".to_string(), &e.native),
+        ("`PX` strings (Redis)".to_string(), &e.lua),
+    ];
+    let end = &r.sessions.end;
+    if r.sessions.supported {
+        columns.push((
+            format!(
+                "a session with {} bound holds released (redis-lease)",
+                count(end.holds as f64)
+            ),
+            &end.session,
+        ));
+    }
+    expiry_rows(out, &columns);
+    if r.sessions.supported {
+        let _ = writeln!(
+            out,
+            "\nThe session's column: {} holds bound with ttl 0 to one session, which is \
+             released at the deadline (`LEASE.RELEASE`: {} µs round trip, {} µs of server \
+             CPU, medians); \"while deleting\" runs from the release until DBSIZE = 0, the \
+             bound keys deleted by the reaper in batches of `lease.reap-batch`. More in \
+             [sessions.md](sessions.md).",
+            count(end.holds as f64),
+            spread(&end.release_rtt_us, 0),
+            spread(&end.release_us, 0)
+        );
+    }
 
     let pts = &r.curve.points;
     let _ = writeln!(
@@ -579,6 +542,241 @@ fn server_tables(out: &mut String, r: &ServerResult, plan: &Plan) {
         );
     }
     shared_tables(out, &r.shared, plan, "f", "g", "h");
+    session_tables(out, &r.sessions, plan, "i", None);
+}
+
+/// The rows of a mass-expiry table, one column per way: (header, measurements).
+fn expiry_rows(out: &mut String, columns: &[(String, &ExpiryWay)]) {
+    let _ = write!(out, "| Measure |");
+    for (name, _) in columns {
+        let _ = write!(out, " {name} |");
+    }
+    let _ = write!(out, "\n|---|");
+    for _ in columns {
+        let _ = write!(out, "---|");
+    }
+    out.push('\n');
+    let ms = |s: &Samples| Samples(s.0.iter().map(|v| v / 1e3).collect());
+    type Cell = fn(&ExpiryWay, &dyn Fn(&Samples) -> Samples) -> String;
+    let rows: [(&str, Cell); 10] = [
+        ("probe round trip while deleting, worst", |w, _| {
+            format!("**{:.2}**", worst(&w.max_us) / 1e3)
+        }),
+        ("probe round trip while deleting, max", |w, ms| {
+            spread(&ms(&w.max_us), 2)
+        }),
+        ("probe round trip while deleting, p99", |w, ms| {
+            spread(&ms(&w.p99_us), 2)
+        }),
+        ("probe round trip before the deadline, max", |w, ms| {
+            spread(&ms(&w.idle_max_us), 2)
+        }),
+        ("probe round trip before the deadline, p99", |w, ms| {
+            spread(&ms(&w.idle_p99_us), 2)
+        }),
+        (
+            "longest deletion step timed by the server (LATENCY), worst",
+            |w, _| format!("{:.0}", w.server_step_ms.max()),
+        ),
+        ("probes while deleting", |w, _| count(w.probes.median())),
+        ("deadline → DBSIZE 0", |w, _| spread(&w.drain_ms, 0)),
+        ("server on a CPU in that time", |w, _| {
+            spread(&w.server_cpu_ms, 0)
+        }),
+        (
+            "server runnable but waiting for a CPU in that time",
+            |w, _| spread(&w.server_wait_ms, 0),
+        ),
+    ];
+    for (label, cell) in rows {
+        let _ = write!(out, "| {label} |");
+        for (_, way) in columns {
+            let _ = write!(out, " {} |", cell(way, &ms));
+        }
+        out.push('\n');
+    }
+}
+
+/// One server's session results (`--sessions`).
+pub struct SessionServer {
+    pub flavor: Flavor,
+    pub version: String,
+    pub sessions: SessionResult,
+}
+
+/// How the keep-alive was timed: `ttl 3 s, renewed every 1 s, 6 times (6 s)`.
+pub fn keepalive_timing(plan: &Plan) -> String {
+    let secs = |d: std::time::Duration| {
+        let s = d.as_secs_f64();
+        if s >= 1.0 {
+            format!("{s:.0} s")
+        } else {
+            format!("{:.0} ms", s * 1e3)
+        }
+    };
+    format!(
+        "ttl {}, renewed every {}, {} times ({})",
+        secs(plan.session_ttl),
+        secs(plan.session_period),
+        plan.session_rounds,
+        secs(plan.session_period * plan.session_rounds as u32)
+    )
+}
+
+/// The session sections: the keep-alive as `keep`, and, with `end`, the session's end
+/// against as many leases expiring together.
+pub fn session_tables(
+    out: &mut String,
+    sr: &SessionResult,
+    plan: &Plan,
+    keep: &str,
+    end: Option<&str>,
+) {
+    let runs = plan.runs;
+    if !sr.supported {
+        let _ = writeln!(
+            out,
+            "\n### Sessions\n\nNot measured: this module has no `LEASE.ACQUIRE … SESSION` \
+             (before issue 17)."
+        );
+        return;
+    }
+    let most = sr.keepalive.iter().map(|p| p.leases).max().unwrap_or(0);
+    let compressed = plan.session_period < std::time::Duration::from_secs(10);
+    let _ = writeln!(
+        out,
+        "\n### {keep}. Keeping N leases alive: one session vs a RENEW per lease\n\n\
+         N leases kept alive at {timing}{scale}. One session: the N holds bound with ttl 0 \
+         (`LEASE.ACQUIRE key 0 SESSION session token`) to a session of that ttl, one \
+         `LEASE.RENEW` of the session per period. A RENEW per lease: N leases of that ttl, \
+         N `LEASE.RENEW`s per period in one pipeline. The two one after the other on one \
+         server, the set-up (acquiring, binding) before the span and not counted; every \
+         reply is checked, and at the end every bound hold is still live (`bound` of \
+         `LEASE.INFO` of the session). Commands sent over the span; their server CPU \
+         (`usec` of `lease.renew` in `INFO commandstats`, after `CONFIG RESETSTAT`), ms; \
+         the server process's CPU (`used_cpu_sys` + `used_cpu_user` of `INFO cpu` before \
+         and after: the commands, their reading and replies, the reaper's ticks and the \
+         server's cron), ms. The baseline: the same span with {most_n} leases of 1 h held \
+         and nothing sent. Median (min–max) of {runs} runs.\n",
+        timing = keepalive_timing(plan),
+        scale = if compressed && !plan.quick {
+            ": the issue's minute at ttl 30 s with a renewal every 10 s, compressed ten \
+             times (the same commands in a tenth of the time, so a tenth of the idle cost; \
+             `scripts/bench --sessions --real-time` runs the minute)"
+        } else {
+            ""
+        },
+        most_n = count(most as f64),
+    );
+    let _ = writeln!(
+        out,
+        "| leases | commands: one session | commands: a RENEW per lease | RENEW CPU, ms: one session | RENEW CPU, ms: a RENEW per lease | process CPU, ms: one session | process CPU, ms: a RENEW per lease | process CPU, per lease over session |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    for p in &sr.keepalive {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | **{}** |",
+            count(p.leases as f64),
+            count(p.session.commands.median()),
+            count(p.each.commands.median()),
+            spread(&p.session.renew_ms, 3),
+            spread(&p.each.renew_ms, 3),
+            spread(&p.session.cpu_ms, 1),
+            spread(&p.each.cpu_ms, 1),
+            times(ratio(p.each.cpu_ms.median(), p.session.cpu_ms.median()))
+        );
+    }
+    let _ = writeln!(
+        out,
+        "| baseline: nothing sent | 0 | 0 | | | {} | | |",
+        spread(&sr.idle.cpu_ms, 1)
+    );
+    let Some(letter) = end else {
+        return;
+    };
+    let e = &sr.end;
+    let _ = writeln!(
+        out,
+        "\n### {letter}. A session with {holds} bound holds ending\n\n\
+         {holds} holds bound with ttl 0 to one session (`lease.reap-hz` 10, \
+         `lease.reap-batch` 200, the defaults), the session released by `LEASE.RELEASE` \
+         at the deadline; against {holds} leases expiring together at one deadline \
+         (as section d of [bench.md](bench.md), which has 1,000,000), the two in turn on \
+         the same server. A probe client times PING round trips, waiting {gap:.1} ms after \
+         each reply; DBSIZE is polled every 5 ms; \"while deleting\" runs from the release \
+         (or the deadline) until DBSIZE = 0, \"before\" is the same probe in the {lead:.0} s \
+         before. The server's longest reaper tick comes from its latency monitor \
+         (`latency-monitor-threshold` 1, `lease-reap`; whole ms, 0 = none reached 1 ms), \
+         its time on and waiting for a CPU from `/proc/<pid>/schedstat`. Milliseconds; \
+         worst = the largest over {runs} runs, others median (min–max).\n",
+        holds = count(e.holds as f64),
+        gap = crate::PROBE_GAP.as_secs_f64() * 1e3,
+        lead = crate::EXPIRY_LEAD.as_secs_f64(),
+    );
+    let mut columns = vec![(
+        format!("session released, {} bound holds", count(e.holds as f64)),
+        &e.session,
+    )];
+    if let Some(leases) = &e.leases {
+        columns.push((
+            format!("{} leases expiring together", count(e.holds as f64)),
+            leases,
+        ));
+    }
+    expiry_rows(out, &columns);
+    let _ = writeln!(
+        out,
+        "\nThe `LEASE.RELEASE` of the session: {} µs round trip as the client saw it, {} µs \
+         of server CPU (`INFO commandstats`), median (min–max).",
+        spread(&e.release_rtt_us, 0),
+        spread(&e.release_us, 0)
+    );
+}
+
+/// `sessions.md` (`--sessions`).
+pub fn sessions_markdown(results: &[SessionServer], plan: &Plan, machine: &Machine) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# Sessions: what one keepalive saves, what an end costs\n"
+    );
+    let _ = writeln!(
+        out,
+        "Written by `scripts/bench --sessions{}` on {}; do not edit by hand. Every \
+         comparison on the same server in the same run, on servers started by the bench; \
+         medians of {} runs. Machine: {} × {}, {:.0} GiB, Linux {}; load average {} at \
+         start, {} at end; {:.0} s.\n",
+        if plan.quick { " --quick" } else { "" },
+        machine.date,
+        plan.runs,
+        machine.cores,
+        machine.cpu_model,
+        machine.mem_gib,
+        machine.kernel,
+        machine.load_start,
+        machine.load_end,
+        machine.elapsed.as_secs_f64()
+    );
+    if plan.quick {
+        let _ = writeln!(
+            out,
+            "**Quick run (CI smoke): one run at small sizes. These numbers are not the \
+             benchmark.**\n"
+        );
+    }
+    if let Some(note) = &machine.note {
+        let _ = writeln!(out, "Note: {note}\n");
+    }
+    if results.first().is_some_and(|r| r.sessions.supported) {
+        let _ = writeln!(out, "![Charts of the comparisons](sessions.svg)\n");
+    }
+    for r in results {
+        let _ = writeln!(out, "## {} (`{}`)", r.version, r.flavor);
+        session_tables(&mut out, &r.sessions, plan, "a", Some("b"));
+        out.push('\n');
+    }
+    out
 }
 
 /// One server's shared-hold results (`--shared`, `--memory`).

@@ -287,3 +287,43 @@ impl Layout {
         )
     }
 }
+
+// Sessions (issue 17): holds bound to a session, which one RENEW keeps alive.
+
+/// `LEASE.ACQUIRE key ttl TOKEN token SESSION session session-token`.
+pub fn acquire_bound(buf: &mut Vec<u8>, k: &[u8], t: &[u8], ttl: &[u8], session: &[u8], st: &[u8]) {
+    encode(
+        buf,
+        &[
+            b"LEASE.ACQUIRE",
+            k,
+            ttl,
+            b"TOKEN",
+            t,
+            b"SESSION",
+            session,
+            st,
+        ],
+    );
+}
+
+/// Whether the server's module takes `SESSION` (issue 17): a session and one hold bound
+/// to it with ttl 0, deleted again. Before issue 17 the option is an unknown argument.
+pub fn supports_sessions(conn: &mut Conn) -> bool {
+    let (s, k): (&[u8], &[u8]) = (b"bench:session-probe", b"bench:bound-probe");
+    let (st, t) = (token(usize::MAX - 1), token(usize::MAX - 2));
+    let mut buf = Vec::new();
+    acquire(&mut buf, s, &st, b"60000");
+    acquire_bound(&mut buf, k, &t, b"0", s, &st);
+    encode(&mut buf, &[b"DEL", k, s]);
+    conn.send(&buf)
+        .unwrap_or_else(|e| panic!("session probe: cannot send: {e}"));
+    let mut read = || {
+        conn.read()
+            .unwrap_or_else(|e| panic!("session probe: cannot read: {e}"))
+    };
+    let session = read().is_grant();
+    let bound = read().is_grant();
+    read();
+    session && bound
+}
