@@ -1,8 +1,9 @@
 //! `LEASE.APPLY key ...`, a master's or the AOF's effect, in its four forms
 //! (chosen as `src/commands/apply.rs` chooses them, on the first argument
 //! after the key):
-//! - `HOLD fence:deadline mode:limit:delay owner session token`
-//!   (`args::parse_hold_args`, written by `args::hold_args`);
+//! - `HOLD state token`, the state `fence:deadline:mode:limit:delay:
+//!   session_fence:owner_len:` then the owner and the session key
+//!   (`args::parse_hold_args`, written by `args::hold_state`);
 //! - `DROP token [token ...]` (`Lease::apply_drop`);
 //! - `DELAY until` (`Lease::apply_delay`);
 //! - otherwise `fence:deadline token` or `fence deadline token`
@@ -50,30 +51,50 @@ struct ExpectedHold<'a> {
     session: Option<(u64, &'a [u8])>,
 }
 
-/// What `HOLD fence:deadline mode:limit:delay owner session token` must
-/// parse to, written apart from `args::parse_hold_args`; every refusal is
-/// the one APPLY_ARGS error, so no order matters.
+/// What `HOLD state token` must parse to, written apart from
+/// `args::parse_hold_args`: the state's seven numbers and mode found by
+/// walking its colons, then the owner's length of bytes, then the session
+/// key; every refusal is the one APPLY_ARGS error, so no order matters.
 fn reference_hold<'a>(argv: &[&'a [u8]]) -> Option<ExpectedHold<'a>> {
-    let [state, terms, owner, session, token] = argv else {
+    let [state, token] = argv else {
         return None;
     };
-    let below_limit = |f: &[u8]| reference_u64(f).filter(|&f| f < FENCE_LIMIT);
-    let (fence, deadline) = halves(state)?;
-    let fence = below_limit(fence)?;
-    let deadline = reference_u64(deadline).filter(|&d| d <= MAX_DEADLINE_MS)?;
-    let session = match *session {
-        b"" => None,
-        s => {
-            let (f, key) = halves(s)?;
-            if key.is_empty() {
-                return None;
-            }
-            Some((below_limit(f)?, key))
+    let mut fields: Vec<&'a [u8]> = Vec::new();
+    let mut from = 0;
+    for (i, &c) in state.iter().enumerate() {
+        if c == b':' && fields.len() < 7 {
+            fields.push(&state[from..i]);
+            from = i + 1;
         }
-    };
-    if fence == 0 {
+    }
+    if fields.len() < 7 {
         return None;
     }
+    let rest = &state[from..];
+    let n = |i: usize| reference_u64(fields[i]);
+    let fence = n(0).filter(|&f| f > 0 && f < FENCE_LIMIT)?;
+    let deadline = n(1).filter(|&d| d <= MAX_DEADLINE_MS)?;
+    let mode = match fields[2] {
+        b"X" => Mode::Exclusive,
+        b"S" => Mode::Shared,
+        _ => return None,
+    };
+    let limit = n(3).filter(|&l| l <= MAX_LIMIT)?;
+    let delay_ms = n(4).filter(|&d| d <= MAX_TTL_MS)?;
+    let session_fence = n(5).filter(|&f| f < FENCE_LIMIT)?;
+    let owner_len = n(6).filter(|&l| l <= rest.len() as u64)? as usize;
+    let (owner, session_key) = (&rest[..owner_len], &rest[owner_len..]);
+    // No grant makes a limit on an exclusive hold or a delay on a shared one.
+    match mode {
+        Mode::Exclusive if limit > 0 => return None,
+        Mode::Shared if delay_ms > 0 => return None,
+        _ => {}
+    }
+    let session = match (session_fence, session_key.is_empty()) {
+        (0, true) => None,
+        (0, false) | (_, true) => return None,
+        (f, false) => Some((f, session_key)),
+    };
     let deadline_ms = match (deadline, session) {
         (0, Some(_)) => NO_DEADLINE,
         (0, None) => return None,
@@ -82,22 +103,7 @@ fn reference_hold<'a>(argv: &[&'a [u8]]) -> Option<ExpectedHold<'a>> {
     if !reference_token(token) {
         return None;
     }
-    let mut t = terms.splitn(3, |&c| c == b':');
-    let (mode, limit, delay) = (t.next()?, t.next()?, t.next()?);
-    let mode = match mode {
-        b"X" => Mode::Exclusive,
-        b"S" => Mode::Shared,
-        _ => return None,
-    };
-    let limit = reference_u64(limit).filter(|&n| n <= MAX_LIMIT)?;
-    let delay_ms = reference_u64(delay).filter(|&d| d <= MAX_TTL_MS)?;
-    // No grant makes a limit on an exclusive hold or a delay on a shared one.
-    match mode {
-        Mode::Exclusive if limit > 0 => return None,
-        Mode::Shared if delay_ms > 0 => return None,
-        _ => {}
-    }
-    let owner = match *owner {
+    let owner = match owner {
         b"" => None,
         o if reference_owner(o) => Some(o),
         _ => return None,
@@ -115,7 +121,7 @@ fn reference_hold<'a>(argv: &[&'a [u8]]) -> Option<ExpectedHold<'a>> {
 }
 
 /// What a replica is told of a hold is what the master wrote: parsed, it
-/// writes back (`hold_args`) to the very same arguments, and applied to a
+/// writes back (`hold_state`) to the very same argument, and applied to a
 /// lease it is that lease's hold, saved and loaded as it is.
 fn check_hold(argv: &[&[u8]]) {
     let parsed = args::parse_hold_args(argv, |a| *a);
@@ -142,13 +148,9 @@ fn check_hold(argv: &[&[u8]]) {
         }
         (p, e) => panic!("HOLD {argv:?}: parsed {p:?}, expected {e:?}"),
     };
-    let written = args::hold_args(&grant, mode, limit);
-    assert_eq!(
-        written.each_ref().map(|w| &w[..]),
-        argv[..4],
-        "written back"
-    );
-    let again: Vec<&[u8]> = written.iter().map(|w| &w[..]).chain([&*token]).collect();
+    let written = args::hold_state(&grant, mode, limit);
+    assert_eq!(&written[..], argv[0], "written back");
+    let again: Vec<&[u8]> = vec![&written, &token];
     assert_eq!(
         args::parse_hold_args(&again, |a| *a),
         Ok((token.clone(), grant.clone(), mode, limit))

@@ -131,10 +131,8 @@ pub fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: Wire) {
     }
 }
 
-/// `LEASE.APPLY key HOLD fence:deadline mode:limit:delay owner session
-/// token`: one hold of an extended lease, on the key's terms (`X`
-/// exclusive, `S` shared; limit 0: none; an empty owner or session: none;
-/// `fence:key` for a session; a deadline of 0: none of its own).
+/// `LEASE.APPLY key HOLD state token`: one hold of an extended lease, on
+/// the key's terms (`args::hold_state`).
 pub fn replicate_hold(
     ctx: Ctx,
     key: RString,
@@ -143,29 +141,21 @@ pub fn replicate_hold(
     limit: Option<u32>,
     token: Wire,
 ) {
-    let [state, terms, owner, session] = args::hold_args(grant, mode, limit);
-    let apply = c"LEASE.APPLY".as_ptr();
-    let hold = c"HOLD".as_ptr();
+    let state = args::hold_state(grant, mode, limit);
     let token = OwnedToken::new(ctx, token);
     // SAFETY: `ctx` and `key` are valid by the handle rule, the token's
-    // string lives to the end of this function; each format matches its
-    // arguments (`s`: a module string, `c`: a NUL-terminated string, `b`:
-    // a pointer and a length, live for the call, which copies them).
+    // string lives to the end of this function; the format `scbs` takes a
+    // module string, a NUL-terminated string, a pointer and a length (live
+    // for the call, which copies them) and a module string.
     unsafe {
         api!(RedisModule_Replicate)(
             ctx,
-            apply,
-            c"scbbbbs".as_ptr(),
+            c"LEASE.APPLY".as_ptr(),
+            c"scbs".as_ptr(),
             key,
-            hold,
+            c"HOLD".as_ptr(),
             state.as_ptr(),
             state.len(),
-            terms.as_ptr(),
-            terms.len(),
-            owner.as_ptr(),
-            owner.len(),
-            session.as_ptr(),
-            session.len(),
             token.as_ptr(),
         )
     };

@@ -288,26 +288,19 @@ unsafe extern "C" fn lease_aof_rewrite(
                 return;
             };
             for Hold { token, grant } in &whole.holds {
-                let [state, terms, owner, session] =
-                    args::hold_args(grant, whole.mode, whole.limit);
-                // SAFETY: as above; the format `scbbbbb` takes a module
-                // string, a NUL-terminated string and five pointer-and-length
-                // buffers, live for the call.
+                let state = args::hold_state(grant, whole.mode, whole.limit);
+                // SAFETY: as above; the format `scbb` takes a module string,
+                // a NUL-terminated string and two pointer-and-length buffers,
+                // live for the call.
                 unsafe {
                     api!(RedisModule_EmitAOF)(
                         aof,
                         c"LEASE.APPLY".as_ptr(),
-                        c"scbbbbb".as_ptr(),
+                        c"scbb".as_ptr(),
                         key,
                         c"HOLD".as_ptr(),
                         state.as_ptr(),
                         state.len(),
-                        terms.as_ptr(),
-                        terms.len(),
-                        owner.as_ptr(),
-                        owner.len(),
-                        session.as_ptr(),
-                        session.len(),
                         token.as_ptr(),
                         token.len(),
                     )
@@ -388,9 +381,7 @@ unsafe extern "C" fn lease_digest(md: *mut raw::RedisModuleDigest, value: *mut c
                 };
                 add(whole.delayed_until.to_string().as_bytes());
                 for Hold { token, grant } in &whole.holds {
-                    args::hold_args(grant, whole.mode, whole.limit)
-                        .iter()
-                        .for_each(|arg| add(arg));
+                    add(&args::hold_state(grant, whole.mode, whole.limit));
                     add(token);
                 }
             }

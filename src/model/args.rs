@@ -199,117 +199,122 @@ pub fn apply_state(fence: u64, deadline_ms: u64, buf: &mut [u8; STATE_LEN]) -> &
     &buf[at..]
 }
 
-/// `LEASE.APPLY ... HOLD`'s terms argument: `X` or `S`, the limit (0:
-/// none) and the hold's lock-delay, `:` between.
-pub fn hold_terms(mode: Mode, limit: Option<u32>, delay_ms: u64) -> String {
-    let mode = match mode {
-        Mode::Exclusive => 'X',
-        Mode::Shared => 'S',
-    };
-    format!("{mode}:{}:{delay_ms}", limit.unwrap_or(0))
+/// Appends `v` in decimal.
+fn push_decimal(out: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; 20];
+    let at = decimal_before(v, &mut buf, 20);
+    // ok: `decimal_before` starts within the buffer it wrote.
+    out.extend_from_slice(&buf[at..]);
 }
 
-/// A hold's terms back from `hold_terms`.
-pub fn parse_hold_terms(b: &[u8]) -> Option<(Mode, Option<u32>, u64)> {
-    let (mode, rest) = split_state(b)?;
-    let (limit, delay) = split_state(rest)?;
-    let mode = match mode {
-        b"X" => Mode::Exclusive,
-        b"S" => Mode::Shared,
-        _ => return None,
-    };
-    let limit = parse_u64(limit).filter(|n| *n <= MAX_LIMIT)? as u32;
-    let delay = parse_u64(delay).filter(|n| *n <= MAX_TTL_MS)?;
-    Some((mode, (limit > 0).then_some(limit), delay))
-}
-
-/// `LEASE.APPLY key HOLD`'s arguments before the token: `fence:deadline`,
-/// `mode:limit:delay`, owner, session. Replication, the AOF rewrite and the
-/// digest all take a hold as these.
-pub fn hold_args(grant: &Grant, mode: Mode, limit: Option<u32>) -> [Vec<u8>; 4] {
-    let mut buf = [0u8; STATE_LEN];
+/// `LEASE.APPLY key HOLD state token`'s state, one argument for the whole
+/// hold (each argument of a replicated call costs the server an object):
+/// `fence:deadline:mode:limit:delay:session_fence:owner_len:` then the
+/// owner's bytes, then the session key's. Mode `X` or `S`; limit 0: none;
+/// a deadline of 0: none of its own (a bound hold); session fence 0: no
+/// session. Replication, the AOF rewrite and the digest all write a hold
+/// this way.
+pub fn hold_state(grant: &Grant, mode: Mode, limit: Option<u32>) -> Vec<u8> {
+    let owner = grant.owner().unwrap_or_default();
+    let session = grant.session();
+    let session_key = session.map_or(&[][..], |b| &b.key);
+    let mut out = Vec::with_capacity(96 + owner.len() + session_key.len());
     let deadline = match grant.deadline_ms {
         NO_DEADLINE => 0,
         d => d,
     };
-    [
-        apply_state(grant.fence, deadline, &mut buf).to_vec(),
-        hold_terms(mode, limit, grant.delay_ms()).into_bytes(),
-        grant.owner().unwrap_or_default().to_vec(),
-        hold_session(grant.session()),
-    ]
-}
-
-/// `LEASE.APPLY ... HOLD`'s session argument: empty, or `fence:key`.
-pub fn hold_session(binding: Option<&Binding>) -> Vec<u8> {
-    match binding {
-        None => Vec::new(),
-        Some(b) => {
-            let mut out = format!("{}:", b.fence).into_bytes();
-            out.extend_from_slice(&b.key);
-            out
+    let mode = match mode {
+        Mode::Exclusive => b"X",
+        Mode::Shared => b"S",
+    };
+    for (i, v) in [grant.fence, deadline].into_iter().enumerate() {
+        if i > 0 {
+            out.push(b':');
         }
+        push_decimal(&mut out, v);
     }
-}
-
-fn parse_hold_session(b: &[u8]) -> Option<Option<Binding>> {
-    if b.is_empty() {
-        return Some(None);
+    out.push(b':');
+    out.extend_from_slice(mode);
+    for v in [
+        u64::from(limit.unwrap_or(0)),
+        grant.delay_ms(),
+        session.map_or(0, |b| b.fence),
+        owner.len() as u64,
+    ] {
+        out.push(b':');
+        push_decimal(&mut out, v);
     }
-    let (fence, key) = split_state(b)?;
-    let fence = parse_fence(fence).ok()?;
-    if key.is_empty() {
-        return None;
-    }
-    Some(Some(Binding {
-        key: key.into(),
-        fence,
-    }))
+    out.push(b':');
+    out.extend_from_slice(owner);
+    out.extend_from_slice(session_key);
+    out
 }
 
 /// A hold as `LEASE.APPLY ... HOLD` carries it: token, grant, and the key's
 /// mode and limit.
 pub type HoldEffect = (Box<[u8]>, Grant, Mode, Option<u32>);
 
-/// `LEASE.APPLY key HOLD fence:deadline mode:limit:delay owner session
-/// token`, after `HOLD`: the hold and the key's terms, checked. A deadline
-/// of 0 is none of its own, for a bound hold only.
+/// `LEASE.APPLY key HOLD state token`, after `HOLD`: the hold and the key's
+/// terms, checked; what no grant makes is refused (a limit on an exclusive
+/// hold, a lock-delay on a shared one, fence 0, a deadline of 0 without a
+/// session).
 pub fn parse_hold_args<'a, T>(
     args: &'a [T],
     bytes: impl Fn(&'a T) -> &'a [u8],
 ) -> Result<HoldEffect, &'static CStr> {
-    let [state, terms, owner, session, token] = args else {
+    let [state, token] = args else {
         return Err(error::APPLY_ARGS);
     };
-    let (fence, deadline) = split_state(bytes(state)).ok_or(error::APPLY_ARGS)?;
-    let session = parse_hold_session(bytes(session)).ok_or(error::APPLY_ARGS)?;
-    let unbounded = deadline == b"0" && session.is_some();
-    let deadline = if unbounded { &b"1"[..] } else { deadline };
-    let (fence, Some(holder)) = parse_apply(fence, deadline, bytes(token))? else {
-        return Err(error::APPLY_ARGS);
+    parse_hold(bytes(state), bytes(token)).ok_or(error::APPLY_ARGS)
+}
+
+fn parse_hold(state: &[u8], token: &[u8]) -> Option<HoldEffect> {
+    let mut fields = state.splitn(8, |&c| c == b':');
+    let mut number = || parse_u64(fields.next()?);
+    let (fence, deadline) = (number()?, number()?);
+    let mode = match fields.next()? {
+        b"X" => Mode::Exclusive,
+        b"S" => Mode::Shared,
+        _ => return None,
     };
-    let (mode, limit, delay) = parse_hold_terms(bytes(terms)).ok_or(error::APPLY_ARGS)?;
-    // What no grant makes (and no RDB load takes back): a limit on an
-    // exclusive hold, a lock-delay on a shared one, a fence of 0.
+    let mut number = || parse_u64(fields.next()?);
+    let (limit, delay, session_fence, owner_len) = (number()?, number()?, number()?, number()?);
+    let rest = fields.next()?;
+    let owner_len = usize::try_from(owner_len)
+        .ok()
+        .filter(|&n| n <= rest.len())?;
+    let (owner, session_key) = rest.split_at(owner_len);
+    let fence = Some(fence).filter(|&f| f > 0 && f < FENCE_LIMIT)?;
+    let limit = Some(limit).filter(|&n| n <= MAX_LIMIT)? as u32;
+    let delay = Some(delay).filter(|&d| d <= MAX_TTL_MS)?;
     let impossible = match mode {
-        Mode::Exclusive => limit.is_some(),
+        Mode::Exclusive => limit > 0,
         Mode::Shared => delay > 0,
     };
-    if impossible || fence == 0 {
-        return Err(error::APPLY_ARGS);
+    if impossible || !(1..=MAX_TOKEN_LEN).contains(&token.len()) {
+        return None;
     }
-    let owner = match bytes(owner) {
-        b"" => None,
-        label if valid_owner(label) => Some(label.into()),
-        _ => return Err(error::APPLY_ARGS),
+    let session = match (session_fence, session_key) {
+        (0, []) => None,
+        (0, _) | (_, []) => return None,
+        (f, key) if f < FENCE_LIMIT => Some(Binding {
+            key: key.into(),
+            fence: f,
+        }),
+        _ => return None,
     };
-    let deadline_ms = if unbounded {
-        NO_DEADLINE
-    } else {
-        holder.deadline_ms
+    let deadline_ms = match deadline {
+        0 if session.is_some() => NO_DEADLINE,
+        d if (1..=MAX_DEADLINE_MS).contains(&d) => d,
+        _ => return None,
+    };
+    let owner = match owner {
+        [] => None,
+        label if valid_owner(label) => Some(label.into()),
+        _ => return None,
     };
     let grant = Grant::with(fence, deadline_ms, owner, session, delay);
-    Ok((holder.token, grant, mode, limit))
+    Some((token.into(), grant, mode, (limit > 0).then_some(limit)))
 }
 
 /// The fence and deadline of a `fence:deadline` state, unparsed.
@@ -490,52 +495,50 @@ mod tests {
 
     #[test]
     fn hold_effects_round_trip() {
-        for (mode, limit, delay) in [
-            (Mode::Exclusive, None, 0),
-            (Mode::Shared, None, 0),
-            (Mode::Shared, Some(7), 0),
-            (Mode::Exclusive, None, 5000),
-        ] {
-            let text = hold_terms(mode, limit, delay);
-            assert_eq!(
-                parse_hold_terms(text.as_bytes()),
-                Some((mode, limit, delay))
-            );
-        }
-        let args: [&[u8]; 5] = [b"9:1000", b"S:3:0", b"host", b"", b"tok"];
+        let args: [&[u8]; 2] = [b"9:1000:S:3:0:0:4:host", b"tok"];
         let (token, grant, mode, limit) = parse_hold_args(&args, |a| a).expect("valid");
         assert_eq!(
             (&*token, grant.fence, grant.deadline_ms),
             (&b"tok"[..], 9, 1000)
         );
         assert_eq!(
-            (mode, limit, grant.owner()),
-            (Mode::Shared, Some(3), Some(&b"host"[..]))
+            (mode, limit, grant.owner(), grant.session()),
+            (Mode::Shared, Some(3), Some(&b"host"[..]), None)
         );
-        let args: [&[u8]; 5] = [b"9:0", b"X:0:250", b"", b"8:{w}s:1", b"tok"];
-        let (_, grant, _, _) = parse_hold_args(&args, |a| a).expect("a bound hold");
+        let args: [&[u8]; 2] = [b"9:0:X:0:250:8:1:w{w}s:1", b"tok"];
+        let (_, grant, mode, _) = parse_hold_args(&args, |a| a).expect("a bound hold");
         assert_eq!(grant.deadline_ms, NO_DEADLINE);
         assert_eq!(grant.delay_ms(), 250);
+        assert_eq!(grant.owner(), Some(&b"w"[..]));
         let binding = Binding {
             key: b"{w}s:1"[..].into(),
             fence: 8,
         };
         assert_eq!(grant.session(), Some(&binding));
-        // What goes out comes back.
-        let [state, terms, owner, session] = hold_args(&grant, Mode::Exclusive, None);
-        let again: [&[u8]; 5] = [&state, &terms, &owner, &session, b"tok"];
+        // What goes out comes back, byte for byte.
+        let state = hold_state(&grant, mode, None);
+        assert_eq!(state, args[0]);
+        let again: [&[u8]; 2] = [&state, b"tok"];
         assert_eq!(parse_hold_args(&again, |a| a).map(|h| h.1), Ok(grant));
         for bad in [
-            [&b"9:1000"[..], b"Q:3:0", b"", b"", b"tok"],
-            [b"9:1000", b"S:1000001:0", b"", b"", b"tok"],
-            [b"9:1000", b"S:3", b"", b"", b"tok"],
-            [b"9:0", b"S:3:0", b"", b"", b"tok"],
-            [b"9:1000", b"S:3:0", b"", b"", b""],
-            [b"9:1000", b"S:3:0", b"a\nb", b"", b"tok"],
-            [b"9:1000", b"S:3:0", b"", b"x:s", b"tok"],
+            &b"9:1000:Q:3:0:0:0:"[..],
+            b"9:1000:S:1000001:0:0:0:",
+            b"9:1000:S:3:0:0:0",
+            b"9:0:S:3:0:0:0:",
+            b"0:1000:X:0:0:0:0:",
+            b"9:1000:X:2:0:0:0:",
+            b"9:1000:S:0:5:0:0:",
+            b"9:1000:S:0:0:0:3:a\nb",
+            b"9:1000:S:0:0:0:9:ab",
+            b"9:1000:S:0:0:7:0:",
+            b"9:1000:S:0:0:0:0:key",
         ] {
-            assert!(parse_hold_args(&bad, |a| a).is_err());
+            assert!(
+                parse_hold_args(&[bad, &b"tok"[..]], |a| a).is_err(),
+                "{bad:?}"
+            );
         }
+        assert!(parse_hold_args(&[&b"9:1000:S:0:0:0:0:"[..], b""], |a| a).is_err());
     }
 
     fn apply(args: &[&[u8]]) -> Result<(u64, Option<Holder>), &'static CStr> {

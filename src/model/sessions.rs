@@ -7,9 +7,6 @@ use std::collections::{HashMap, VecDeque};
 
 use crate::model::holds::Binding;
 
-/// A session: database, session key, the fence of its grant.
-pub type SessionId = (i32, Box<[u8]>, u64);
-
 #[derive(Debug, Default)]
 struct Bound {
     /// Holds bound to the session.
@@ -56,33 +53,69 @@ impl Ended {
     }
 }
 
+/// A session key and what is bound to it.
+type Named = (Box<[u8]>, Bound);
+
 #[derive(Debug, Default)]
 pub struct BoundIndex {
-    sessions: HashMap<SessionId, Bound>,
+    /// By database and the session grant's fence (unique on the node but
+    /// for keys restored from elsewhere), then the session key: a lookup
+    /// copies nothing.
+    sessions: HashMap<(i32, u64), Vec<Named>>,
     /// Sessions that ended with bound holds, for the reaper (primary).
     ended: VecDeque<Ended>,
     holds: u64,
 }
 
-fn id(db: i32, binding: &Binding) -> SessionId {
-    (db, binding.key.clone(), binding.fence)
-}
-
 impl BoundIndex {
+    fn find(&self, db: i32, session: &[u8], fence: u64) -> Option<&Bound> {
+        let list = self.sessions.get(&(db, fence))?;
+        list.iter().find(|(k, _)| **k == *session).map(|(_, b)| b)
+    }
+
+    fn find_mut(&mut self, db: i32, session: &[u8], fence: u64) -> Option<&mut Bound> {
+        let list = self.sessions.get_mut(&(db, fence))?;
+        list.iter_mut()
+            .find(|(k, _)| **k == *session)
+            .map(|(_, b)| b)
+    }
+
+    fn remove(&mut self, db: i32, session: &[u8], fence: u64) {
+        if let Some(list) = self.sessions.get_mut(&(db, fence)) {
+            list.retain(|(k, _)| **k != *session);
+            if list.is_empty() {
+                self.sessions.remove(&(db, fence));
+            }
+        }
+    }
+
     /// A hold on `key` is bound to `binding`'s session.
     pub fn bind(&mut self, db: i32, key: &[u8], binding: &Binding) {
-        let bound = self.sessions.entry(id(db, binding)).or_default();
+        let list = self.sessions.entry((db, binding.fence)).or_default();
+        let at = match list.iter().position(|(k, _)| *k == binding.key) {
+            Some(at) => at,
+            None => {
+                list.push((binding.key.clone(), Bound::default()));
+                list.len() - 1
+            }
+        };
+        // ok: `at` is an entry of the list, found or just pushed.
+        let bound = &mut list[at].1;
         bound.total += 1;
         if bound.ended_at.is_none() {
-            *bound.keys.entry(key.into()).or_default() += 1;
+            match bound.keys.get_mut(key) {
+                Some(n) => *n += 1,
+                None => {
+                    bound.keys.insert(key.into(), 1);
+                }
+            }
         }
         self.holds += 1;
     }
 
     /// A hold on `key` bound to `binding`'s session is gone.
     pub fn unbind(&mut self, db: i32, key: &[u8], binding: &Binding) {
-        let sid = id(db, binding);
-        let Some(bound) = self.sessions.get_mut(&sid) else {
+        let Some(bound) = self.find_mut(db, &binding.key, binding.fence) else {
             return;
         };
         if let Some(n) = bound.keys.get_mut(key) {
@@ -92,25 +125,23 @@ impl BoundIndex {
             }
         }
         bound.total = bound.total.saturating_sub(1);
+        let emptied = bound.total == 0;
         self.holds = self.holds.saturating_sub(1);
-        if bound.total == 0 {
-            self.sessions.remove(&sid);
+        if emptied {
+            self.remove(db, &binding.key, binding.fence);
         }
     }
 
     /// Holds bound to a session that has not ended.
     pub fn bound_to(&self, db: i32, session: &[u8], fence: u64) -> u64 {
-        let sid = (db, session.into(), fence);
-        self.sessions
-            .get(&sid)
+        self.find(db, session, fence)
             .filter(|b| b.ended_at.is_none())
             .map_or(0, |b| b.total)
     }
 
     /// When a session with bound holds ended, if it has.
     pub fn ended_at(&self, db: i32, session: &[u8], fence: u64) -> Option<u64> {
-        let sid = (db, session.into(), fence);
-        self.sessions.get(&sid)?.ended_at
+        self.find(db, session, fence)?.ended_at
     }
 
     /// The session ended at `at_ms`. With `queue`, its keys go to the
@@ -124,8 +155,12 @@ impl BoundIndex {
         at_ms: u64,
         queue: bool,
     ) -> Option<&HashMap<Box<[u8]>, u32>> {
-        let sid = (db, session.into(), fence);
-        let bound = self.sessions.get_mut(&sid)?;
+        // The field itself, not `find_mut`: `ended` is borrowed below.
+        let (_, bound) = self
+            .sessions
+            .get_mut(&(db, fence))?
+            .iter_mut()
+            .find(|(k, _)| **k == *session)?;
         if bound.ended_at.is_some() {
             return None;
         }
@@ -151,19 +186,17 @@ impl BoundIndex {
     /// evicted session put back): it did not end after all. Keys the reaper
     /// has not been handed yet go back to the session.
     pub fn revive(&mut self, db: i32, session: &[u8], fence: u64) {
-        let sid = (db, session.into(), fence);
-        let Some(bound) = self.sessions.get_mut(&sid) else {
-            return;
-        };
-        bound.ended_at = None;
         let queued = self
             .ended
             .iter()
             .position(|e| e.db == db && &*e.session == session && e.fence == fence);
-        if let Some(ended) = queued.and_then(|at| self.ended.remove(at)) {
-            if let Keys::Map(keys) = ended.keys {
-                bound.keys = keys;
-            }
+        let ended = queued.and_then(|at| self.ended.remove(at));
+        let Some(bound) = self.find_mut(db, session, fence) else {
+            return;
+        };
+        bound.ended_at = None;
+        if let Some(Keys::Map(keys)) = ended.map(|e| e.keys) {
+            bound.keys = keys;
         }
     }
 
@@ -180,7 +213,8 @@ impl BoundIndex {
     pub fn sessions(&self) -> usize {
         self.sessions
             .values()
-            .filter(|b| b.ended_at.is_none())
+            .flatten()
+            .filter(|(_, b)| b.ended_at.is_none())
             .count()
     }
 
@@ -192,9 +226,9 @@ impl BoundIndex {
     /// Forgets one database (`FLUSHDB`), or all (`None`: `FLUSHALL`).
     pub fn forget(&mut self, db: Option<i32>) {
         let keep = |d: i32| db.is_some_and(|f| f != d);
-        self.sessions.retain(|(d, _, _), _| keep(*d));
+        self.sessions.retain(|(d, _), _| keep(*d));
         self.ended.retain(|e| keep(e.db));
-        self.holds = self.sessions.values().map(|b| b.total).sum();
+        self.holds = self.sessions.values().flatten().map(|(_, b)| b.total).sum();
     }
 
     /// `SWAPDB a b`: the two databases trade their entries.
@@ -206,7 +240,7 @@ impl BoundIndex {
         };
         self.sessions = std::mem::take(&mut self.sessions)
             .into_iter()
-            .map(|((d, k, f), v)| ((swapped(d), k, f), v))
+            .map(|((d, f), v)| ((swapped(d), f), v))
             .collect();
         for e in &mut self.ended {
             e.db = swapped(e.db);

@@ -1,0 +1,392 @@
+/**
+ * Adapters: the few things Leases needs from a Redis client. One for ioredis 5
+ * (`Redis` and `Cluster`), one for node-redis 4 and 5 (`createClient`, `createCluster`).
+ * Any other client can be used by implementing `LeaseAdapter`.
+ */
+
+export type Arg = string | number | Buffer;
+
+/** One command of a batch: `key` routes it in a cluster; `args` starts with the name. */
+export interface BatchItem {
+  key: string;
+  args: Arg[];
+}
+
+/** The outcome of one command of a batch: its reply, or the error it got. */
+export type BatchResult = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+export interface LeaseAdapter {
+  /** Send one command on the shared connection. */
+  call(key: string, args: Arg[]): Promise<unknown>;
+  /** Send many commands at once, pipelined; one result per item, in order. */
+  batch(items: BatchItem[]): Promise<BatchResult[]>;
+  /**
+   * Send a command that may block (`LEASE.ACQUIRE ... BLOCK`) on a connection of its own,
+   * so it does not hold up renewals queued behind it. Aborting `signal` closes that
+   * connection (the server drops the waiter) and rejects with the signal's reason.
+   */
+  blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown>;
+  /** True for an error the server replied (as opposed to a connection failure). */
+  isReplyError(err: unknown): boolean;
+  /** Close the connections the adapter opened itself (never the client it was given). */
+  close(): Promise<void>;
+}
+
+function hasMethod(obj: unknown, name: string): boolean {
+  return typeof obj === 'object' && obj !== null && typeof (obj as Record<string, unknown>)[name] === 'function';
+}
+
+/** A reply error in either client: ioredis `ReplyError`, node-redis `ErrorReply` and subclasses. */
+export function isServerReplyError(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  for (let p: object | null = Object.getPrototypeOf(err); p && p !== Error.prototype; p = Object.getPrototypeOf(p)) {
+    const name = (p as { constructor?: { name?: string } }).constructor?.name;
+    if (name === 'ReplyError' || name === 'ErrorReply') return true;
+  }
+  return false;
+}
+
+function abortError(signal: AbortSignal): unknown {
+  return signal.reason ?? new Error('aborted');
+}
+
+/** Idle blocking connections kept for the next blocking acquire. */
+const IDLE_BLOCKING_CONNECTIONS = 4;
+
+/**
+ * A small pool of dedicated connections for blocking commands. `open` makes one that
+ * is ready to send, `send` sends on it, `quit` closes it politely, `kill` at once.
+ */
+class BlockingPool<C> {
+  private idle: C[] = [];
+  private busy = new Set<C>();
+  private closed = false;
+
+  constructor(
+    private readonly open: () => Promise<C>,
+    private readonly send: (conn: C, key: string, args: Arg[]) => Promise<unknown>,
+    private readonly quit: (conn: C) => Promise<void>,
+    private readonly kill: (conn: C) => void,
+  ) {}
+
+  async run(key: string, args: Arg[], signal: AbortSignal): Promise<unknown> {
+    if (this.closed) throw new Error('redis-lease: adapter closed');
+    if (signal.aborted) throw abortError(signal);
+    const conn = this.idle.pop() ?? (await this.open());
+    this.busy.add(conn);
+    let onAbort: (() => void) | undefined;
+    const aborted = new Promise<never>((_, reject) => {
+      onAbort = () => {
+        reject(abortError(signal));
+        // The server drops a blocked client's place in the queue when it disconnects.
+        this.busy.delete(conn);
+        this.kill(conn);
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+    aborted.catch(() => undefined);
+    try {
+      if (signal.aborted) onAbort?.();
+      const reply = await Promise.race([this.send(conn, key, args), aborted]);
+      return reply;
+    } catch (err) {
+      if (this.busy.delete(conn)) this.kill(conn);
+      throw signal.aborted ? abortError(signal) : err;
+    } finally {
+      if (onAbort) signal.removeEventListener('abort', onAbort);
+      if (this.busy.delete(conn)) {
+        if (!this.closed && this.idle.length < IDLE_BLOCKING_CONNECTIONS) this.idle.push(conn);
+        else void this.quit(conn).catch(() => undefined);
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const conn of this.busy) this.kill(conn);
+    this.busy.clear();
+    const idle = this.idle;
+    this.idle = [];
+    await Promise.all(idle.map((c) => this.quit(c).catch(() => this.kill(c))));
+  }
+}
+
+// ---------------------------------------------------------------- ioredis
+
+/** The parts of an ioredis `Redis` or `Cluster` this adapter uses. */
+export interface IoRedisLike {
+  call(command: string, ...args: Arg[]): Promise<unknown>;
+  pipeline(): IoRedisPipelineLike;
+  duplicate(): IoRedisLike;
+  sendCommand(command: unknown): unknown;
+  quit(): Promise<unknown>;
+  disconnect(): void;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  isCluster?: boolean;
+  status?: string;
+}
+
+export interface IoRedisPipelineLike {
+  call(command: string, ...args: Arg[]): unknown;
+  sendCommand(command: unknown): unknown;
+  exec(): Promise<Array<[Error | null, unknown]> | null>;
+}
+
+interface IoCommand {
+  promise: Promise<unknown>;
+  keys?: Arg[];
+}
+type IoCommandCtor = new (name: string, args: Arg[], options: { replyEncoding: string }) => IoCommand;
+
+export function isIoRedis(client: unknown): client is IoRedisLike {
+  return hasMethod(client, 'pipeline') && hasMethod(client, 'call') && hasMethod(client, 'duplicate');
+}
+
+/** CRC16 (XMODEM) of the hash-tagged part of a key: its cluster slot. */
+export function keySlot(key: string): number {
+  let s = key.indexOf('{');
+  if (s >= 0) {
+    const e = key.indexOf('}', s + 1);
+    if (e > s + 1) key = key.slice(s + 1, e);
+  }
+  const bytes = Buffer.from(key);
+  let crc = 0;
+  for (const b of bytes) {
+    crc ^= b << 8;
+    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc % 16384;
+}
+
+/**
+ * ioredis routes a command in a cluster by the keys its static command table names, and
+ * the LEASE commands are not in it. In a cluster the adapter builds each command itself
+ * and names its key, so ioredis routes it (and follows MOVED/ASK) as it does GET.
+ */
+export class IoRedisAdapter implements LeaseAdapter {
+  private readonly cluster: boolean;
+  private commandCtor: IoCommandCtor | undefined;
+  private readonly pool: BlockingPool<IoRedisLike>;
+
+  constructor(
+    private readonly client: IoRedisLike,
+    options: { Command?: unknown } = {},
+  ) {
+    this.cluster = client.isCluster === true;
+    this.commandCtor = options.Command as IoCommandCtor | undefined;
+    this.pool = new BlockingPool<IoRedisLike>(
+      async () => {
+        const conn = this.client.duplicate();
+        conn.on('error', () => undefined);
+        return conn;
+      },
+      (conn, key, args) => this.send(conn, key, args),
+      async (conn) => {
+        await conn.quit();
+      },
+      (conn) => conn.disconnect(),
+    );
+  }
+
+  private commandClass(): IoCommandCtor {
+    if (this.commandCtor) return this.commandCtor;
+    // `Redis.Command` is ioredis's public export; reach it through the client's own copy.
+    const fromCtor = (this.client as unknown as { constructor: { Command?: IoCommandCtor } }).constructor.Command;
+    const nodes = hasMethod(this.client, 'nodes')
+      ? (this.client as unknown as { nodes(role: string): object[] }).nodes('all')
+      : [];
+    const fromNode = nodes.length
+      ? (nodes[0] as { constructor: { Command?: IoCommandCtor } }).constructor.Command
+      : undefined;
+    let found = fromCtor ?? fromNode;
+    if (!found) {
+      try {
+        // eslint-disable-next-line @typescript-eslint/no-require-imports
+        found = (require('ioredis') as { Command?: IoCommandCtor }).Command;
+      } catch {
+        found = undefined;
+      }
+    }
+    if (!found) throw new Error('redis-lease: cannot find ioredis Command; pass { Command } to the adapter');
+    this.commandCtor = found;
+    return found;
+  }
+
+  private keyed(key: string, args: Arg[]): IoCommand {
+    const Command = this.commandClass();
+    const cmd = new Command(String(args[0]), args.slice(1), { replyEncoding: 'utf8' });
+    cmd.keys = [key];
+    return cmd;
+  }
+
+  private send(target: IoRedisLike, key: string, args: Arg[]): Promise<unknown> {
+    if (!this.cluster) return target.call(String(args[0]), ...args.slice(1));
+    const cmd = this.keyed(key, args);
+    target.sendCommand(cmd);
+    return cmd.promise;
+  }
+
+  call(key: string, args: Arg[]): Promise<unknown> {
+    return this.send(this.client, key, args);
+  }
+
+  async batch(items: BatchItem[]): Promise<BatchResult[]> {
+    const results: BatchResult[] = new Array<BatchResult>(items.length);
+    // A cluster pipeline must stay on one node: group by the nodes serving each slot.
+    const groups = new Map<string, number[]>();
+    const slots = this.cluster ? (this.client as unknown as { slots?: string[][] }).slots : undefined;
+    items.forEach((item, i) => {
+      let g = '';
+      if (this.cluster) {
+        const slot = keySlot(item.key);
+        g = slots?.[slot]?.join(';') ?? `slot:${slot}`;
+      }
+      let list = groups.get(g);
+      if (!list) groups.set(g, (list = []));
+      list.push(i);
+    });
+    await Promise.all(
+      [...groups.values()].map(async (idx) => {
+        const pipe = this.client.pipeline();
+        for (const i of idx) {
+          const { key, args } = items[i]!;
+          if (this.cluster) pipe.sendCommand(this.keyed(key, args));
+          else pipe.call(String(args[0]), ...args.slice(1));
+        }
+        try {
+          const replies = await pipe.exec();
+          idx.forEach((i, n) => {
+            const r = replies?.[n];
+            if (!r) results[i] = { ok: false, error: new Error('redis-lease: pipeline returned no reply') };
+            else if (r[0]) results[i] = { ok: false, error: r[0] };
+            else results[i] = { ok: true, value: r[1] };
+          });
+        } catch (error) {
+          for (const i of idx) results[i] = { ok: false, error };
+        }
+      }),
+    );
+    return results;
+  }
+
+  blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown> {
+    return this.pool.run(key, args, signal);
+  }
+
+  isReplyError(err: unknown): boolean {
+    return isServerReplyError(err);
+  }
+
+  close(): Promise<void> {
+    return this.pool.close();
+  }
+}
+
+// ---------------------------------------------------------------- node-redis
+
+/** The parts of a node-redis 4/5 client (`createClient`) this adapter uses. */
+export interface NodeRedisClientLike {
+  sendCommand(args: Array<string | Buffer>): Promise<unknown>;
+  duplicate(): NodeRedisClientLike;
+  connect(): Promise<unknown>;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+}
+
+/** The parts of a node-redis 4/5 cluster (`createCluster`) this adapter uses. */
+export interface NodeRedisClusterLike {
+  sendCommand(firstKey: string, isReadonly: boolean, args: Array<string | Buffer>): Promise<unknown>;
+  duplicate(): NodeRedisClusterLike;
+  connect(): Promise<unknown>;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  getMasters(): unknown[];
+}
+
+export function isNodeRedis(client: unknown): client is NodeRedisClientLike | NodeRedisClusterLike {
+  return hasMethod(client, 'sendCommand') && hasMethod(client, 'connect') && hasMethod(client, 'duplicate');
+}
+
+function isNodeRedisCluster(client: unknown): client is NodeRedisClusterLike {
+  return hasMethod(client, 'getMasters') && hasMethod(client, 'getSlotMaster');
+}
+
+type AnyNodeRedis = NodeRedisClientLike | NodeRedisClusterLike;
+
+async function nodeRedisQuit(conn: AnyNodeRedis): Promise<void> {
+  const c = conn as unknown as Record<string, () => Promise<unknown> | void>;
+  // node-redis 5 calls it close(); 4 calls it quit().
+  if (typeof c.close === 'function') await c.close();
+  else if (typeof c.quit === 'function') await c.quit();
+}
+
+function nodeRedisKill(conn: AnyNodeRedis): void {
+  const c = conn as unknown as Record<string, () => Promise<unknown> | void>;
+  try {
+    const r = typeof c.destroy === 'function' ? c.destroy() : c.disconnect?.();
+    if (r && typeof (r as Promise<unknown>).catch === 'function') (r as Promise<unknown>).catch(() => undefined);
+  } catch {
+    // already closed
+  }
+}
+
+/**
+ * node-redis pipelines every command issued in the same tick into one write, so a batch
+ * is the commands sent together.
+ */
+export class NodeRedisAdapter implements LeaseAdapter {
+  private readonly cluster: boolean;
+  private readonly pool: BlockingPool<AnyNodeRedis>;
+
+  constructor(private readonly client: AnyNodeRedis) {
+    this.cluster = isNodeRedisCluster(client);
+    this.pool = new BlockingPool<AnyNodeRedis>(
+      async () => {
+        const conn = this.client.duplicate();
+        conn.on('error', () => undefined);
+        await conn.connect();
+        return conn;
+      },
+      (conn, key, args) => this.send(conn, key, args),
+      nodeRedisQuit,
+      nodeRedisKill,
+    );
+  }
+
+  private send(target: AnyNodeRedis, key: string, args: Arg[]): Promise<unknown> {
+    const strArgs = args.map((a) => (typeof a === 'number' ? String(a) : a));
+    if (this.cluster) return (target as NodeRedisClusterLike).sendCommand(key, false, strArgs);
+    return (target as NodeRedisClientLike).sendCommand(strArgs);
+  }
+
+  call(key: string, args: Arg[]): Promise<unknown> {
+    return this.send(this.client, key, args);
+  }
+
+  async batch(items: BatchItem[]): Promise<BatchResult[]> {
+    const settled = await Promise.allSettled(items.map((it) => this.send(this.client, it.key, it.args)));
+    return settled.map((s) => (s.status === 'fulfilled' ? { ok: true, value: s.value } : { ok: false, error: s.reason }));
+  }
+
+  blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown> {
+    return this.pool.run(key, args, signal);
+  }
+
+  isReplyError(err: unknown): boolean {
+    return isServerReplyError(err);
+  }
+
+  close(): Promise<void> {
+    return this.pool.close();
+  }
+}
+
+function isAdapter(obj: unknown): obj is LeaseAdapter {
+  return ['call', 'batch', 'blocking', 'isReplyError', 'close'].every((m) => hasMethod(obj, m));
+}
+
+/** The adapter for a client: ioredis, node-redis, or an adapter given as is. */
+export function adapterFor(client: unknown): LeaseAdapter {
+  if (isAdapter(client)) return client;
+  if (isIoRedis(client)) return new IoRedisAdapter(client);
+  if (isNodeRedis(client)) return new NodeRedisAdapter(client);
+  throw new TypeError('redis-lease: expected an ioredis or node-redis client, or a LeaseAdapter');
+}

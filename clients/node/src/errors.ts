@@ -1,0 +1,58 @@
+/** Base class of every error this package throws on purpose. */
+export class LeaseError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** `LEASE.ACQUIRE` answered nil: the key is held, or `blockMs` passed before it was free. */
+export class NotAcquired extends LeaseError {
+  readonly key: string;
+  constructor(key: string, message = `lease on ${key} not acquired`) {
+    super(message);
+    this.key = key;
+  }
+}
+
+/**
+ * The lease is gone: a renewal was refused, its deadline passed without a confirmed
+ * renewal, its session ended, or a fenced write was refused as stale. It is the
+ * `reason` of `lease.signal` and what `leases.using()` throws.
+ */
+export class LeaseLost extends LeaseError {
+  readonly key: string;
+  readonly fence: number;
+  /** What happened, in a few words. */
+  readonly why: string;
+  constructor(key: string, fence: number, why: string, options?: { cause?: unknown }) {
+    super(`lease on ${key} (fence ${fence}) lost: ${why}`, options);
+    this.key = key;
+    this.fence = fence;
+    this.why = why;
+  }
+}
+
+/** `LEASE.FENCE` refused the write: the resource already accepted a newer fence. */
+export class StaleFence extends LeaseError {
+  readonly resource: string;
+  readonly fence: number;
+  /** The highest fence the resource has accepted, as the server reported it. */
+  readonly highest: number;
+  constructor(resource: string, fence: number, highest: number, serverMessage: string) {
+    super(`${resource}: ${serverMessage}`);
+    this.resource = resource;
+    this.fence = fence;
+    this.highest = highest;
+  }
+}
+
+const STALE_RE = /^STALE fencing token (\d+) is older than (\d+)/;
+
+/** The StaleFence for a server error, or undefined when it is not a STALE reply. */
+export function staleFenceFrom(resource: string, err: unknown): StaleFence | undefined {
+  const message = err instanceof Error ? err.message : String(err);
+  const m = STALE_RE.exec(message);
+  if (!m) return undefined;
+  return new StaleFence(resource, Number(m[1]), Number(m[2]), message);
+}

@@ -1,0 +1,3 @@
+import { defineSuite } from './suite';
+
+defineSuite('redis7');

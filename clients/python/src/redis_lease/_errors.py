@@ -1,0 +1,51 @@
+"""The exceptions of redis_lease (the same classes for the sync and the asyncio API)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class LeaseError(Exception):
+    """Base class of every redis_lease exception."""
+
+
+class NotAcquired(LeaseError):
+    """LEASE.ACQUIRE answered nil: the key is held, full, delayed or waited for (with
+    ``block_ms``: still so when the wait ended)."""
+
+    def __init__(self, key: Any, block_ms: Optional[int] = None) -> None:
+        self.key = key
+        self.block_ms = block_ms
+        waited = "" if block_ms is None else f" within {block_ms} ms"
+        super().__init__(f"lease on {key!r} not acquired{waited}")
+
+
+class LeaseLost(LeaseError):
+    """The lease is no longer held by this token, or may not be: do not act on it.
+
+    ``lease`` is the lease that was lost (None when not known), ``reason`` a short text.
+    """
+
+    def __init__(self, message: str, lease: Any = None, reason: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.lease = lease
+        self.reason = reason or message
+
+
+class StaleFence(LeaseLost):
+    """LEASE.FENCE refused the write: the resource already accepted a higher fence, so a
+    later holder of the lease has written to it. Nothing ran. A subclass of
+    :class:`LeaseLost`: the lease that carried the fence is treated as lost."""
+
+    def __init__(
+        self,
+        message: str,
+        lease: Any = None,
+        resource: Any = None,
+        fence: Optional[int] = None,
+        highest: Optional[int] = None,
+    ) -> None:
+        super().__init__(message, lease, "stale fence")
+        self.resource = resource
+        self.fence = fence
+        self.highest = highest

