@@ -244,8 +244,15 @@ fn settle_key(ctx: Ctx, db: i32, key_bytes: &[u8], name: RString, now: u64) -> b
     let delayed_before = lease.extended().map_or(0, |h| h.delayed_until());
     let gone = lease.prune(now, &mut lookup);
     state::shared_holds_moved(shared_before, lease.shared_holds());
+    let delayed_until = lease.extended().map_or(0, |h| h.delayed_until());
+    let waiting = state::waiters().len(db, key_bytes) > 0;
+    let has_holds = lease.extended().is_some_and(|h| !h.is_empty());
+    // A key that goes is replicated as its `DEL` alone (by the caller).
+    let stays = has_holds || delayed_until > now || waiting;
     if !gone.is_empty() {
-        effects::replicate_drop_each(ctx, name, gone.iter().map(|(h, _)| &*h.token));
+        if stays {
+            effects::replicate_drop_each(ctx, name, gone.iter().map(|(h, _)| &*h.token));
+        }
         rm::notify(ctx, c"lease.expire", name);
         state::add(&STATS.expired, gone.len() as u64);
         let by_session = gone
@@ -260,17 +267,14 @@ fn settle_key(ctx: Ctx, db: i32, key_bytes: &[u8], name: RString, now: u64) -> b
             }
         }
     }
-    let delayed_until = lease.extended().map_or(0, |h| h.delayed_until());
     if delayed_until > delayed_before {
         state::bump(&STATS.delays);
         effects::replicate_delay(ctx, name, delayed_until);
-    } else if delayed_until < delayed_before {
+    } else if delayed_until < delayed_before && stays {
         // A delay that ended is forgotten, on replicas as here.
         effects::replicate_delay(ctx, name, delayed_until);
     }
-    let waiting = state::waiters().len(db, key_bytes) > 0;
-    let has_holds = lease.extended().is_some_and(|h| !h.is_empty());
-    if has_holds || delayed_until > now || waiting {
+    if stays {
         lease.set_index_mark(None);
         lease.refresh_earliest();
         state::index_lease(db, key_bytes, lease);
