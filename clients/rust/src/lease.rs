@@ -71,6 +71,9 @@ pub(crate) struct Sched {
     pub(crate) in_flight: bool,
     /// Renewals the watchdog had confirmed.
     pub(crate) renewals: u64,
+    /// A `LEASE.RELEASE` of the holder's is on its way: a renewal answered `0` meanwhile
+    /// is that release's doing, not a loss, and nothing more is renewed.
+    pub(crate) releasing: bool,
 }
 
 pub(crate) struct Core {
@@ -126,6 +129,7 @@ impl Core {
                 next_renew: sent + ttl / 3,
                 in_flight: false,
                 renewals: 0,
+                releasing: false,
             }),
         }
     }
@@ -196,6 +200,17 @@ impl Core {
         drop(sched);
         self.ends.cancel();
         true
+    }
+
+    /// A renewal answered `0`: lost, unless the holder's release got there first.
+    pub(crate) fn renewal_refused(&self) {
+        if !self.sched().releasing {
+            self.mark_lost();
+        }
+    }
+
+    fn set_releasing(&self, releasing: bool) {
+        self.sched().releasing = releasing;
     }
 
     /// The server renewed it in answer to a request sent at `sent`.
@@ -361,7 +376,7 @@ impl Lease {
             core.confirm(sent, false);
             self.check()
         } else {
-            core.mark_lost();
+            core.renewal_refused();
             Err(self.lost_error())
         }
     }
@@ -377,11 +392,15 @@ impl Lease {
             return Ok(());
         }
         let mut conn = self.handle.shared.conn.clone();
+        core.set_releasing(true);
         let released: redis::RedisResult<i64> = redis::cmd("LEASE.RELEASE")
             .arg(&core.key)
             .arg(&core.token)
             .query_async(&mut conn)
             .await;
+        if released.is_err() {
+            core.set_releasing(false);
+        }
         match released {
             Ok(1) if was.is_live() && core.mark_released() => {
                 self.handle.shared.forget(core.id);

@@ -89,7 +89,7 @@ fn collect(shared: &Shared, now: Instant) -> (Vec<Arc<Core>>, Option<Instant>) {
             return false;
         }
         earliest(deadline);
-        if sched.in_flight || core.capped(&sched, now) {
+        if sched.in_flight || sched.releasing || core.capped(&sched, now) {
             return true;
         }
         if sched.next_renew <= now {
@@ -154,9 +154,9 @@ async fn round(conn: Conn, due: Vec<Arc<Core>>, stats: Arc<Stats>) {
                     for (core, reply) in group.iter().zip(replies) {
                         match reply {
                             Ok(1) => core.confirm(sent, true),
-                            Ok(_) => core.mark_lost(),
+                            Ok(_) => core.renewal_refused(),
                             // The key now holds another type: the lease is gone.
-                            Err(e) if e.code() == Some("WRONGTYPE") => core.mark_lost(),
+                            Err(e) if e.code() == Some("WRONGTYPE") => core.renewal_refused(),
                             Err(_) => core.suspend(retry_at(core)),
                         }
                         core.sched().in_flight = false;

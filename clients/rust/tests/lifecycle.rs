@@ -99,6 +99,26 @@ for_each_server!(dropping_a_lease_releases_it, |flavor| {
     leases.close().await;
 });
 
+for_each_server!(a_release_wins_over_a_renewal_it_races, |flavor| {
+    // A renewal that reaches the server after the holder's release is answered 0: that
+    // is the release's doing, not a loss (the watchdog's renewals race releases so).
+    let server = Server::start(flavor);
+    let leases = Leases::connect(server.client()).await.unwrap();
+    for i in 0..20 {
+        let lease = leases
+            .acquire(key(flavor, &format!("race:{i}")), Duration::from_secs(30))
+            .await
+            .unwrap();
+        let lost = lease.lost_token();
+        let (released, renewed) = tokio::join!(lease.release(), lease.renew());
+        assert!(released.is_ok(), "{released:?}");
+        assert!(renewed.is_err());
+        assert_eq!(lease.state(), State::Released);
+        assert!(!lost.is_cancelled(), "no loss signalled");
+    }
+    leases.close().await;
+});
+
 for_each_server!(acquire_options_reach_the_server, |flavor| {
     let server = Server::start(flavor);
     let mut admin = server.admin().await;
