@@ -3,8 +3,10 @@
 //! Worker A takes `lock:report`, writes step 1 of the report through the fence, then
 //! stops for three ttls (a stop-the-world pause: its thread, runtime and watchdog all
 //! stand still). Its lease runs out; worker B, blocked on the key, gets it with a higher
-//! fence and writes the report. A wakes and writes as if it still held the lease: the
-//! server refuses the write (`StaleFence`), and A's scoped form ends in `LeaseLost`.
+//! fence and writes the report. A wakes: a write of A's that was on its way when the
+//! pause began reaches the server and is refused there (`STALE`: the fence), A's next
+//! write is not even sent (its lease reads as lost), and A's scoped form ends in
+//! `LeaseLost`.
 //!
 //! Needs a server with the module: `scripts/start` at the repo root, then
 //! `cargo run -p redis-lease-client --example paused_worker` (`REDIS_URL` to point
@@ -37,6 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // watchdog too, as a real process pause would.
     let worker_a = {
         let client = client.clone();
+        let raw = client.clone();
         std::thread::spawn(move || -> Result<(), String> {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -60,21 +63,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         );
                         std::thread::sleep(TTL * 3);
                         log("A", format!("wakes; its lease is {:?}", lease.state()));
+                        // A write that was on its way when the pause began (sent, not yet
+                        // processed) reaches the server only now, with A's fence: refused.
+                        let mut conn = raw.get_multiplexed_async_connection().await?;
+                        let in_flight: redis::RedisResult<i64> = redis::cmd("LEASE.FENCE")
+                            .arg(RESOURCE)
+                            .arg(lease.fence())
+                            .arg("HSET")
+                            .arg("report")
+                            .arg("total")
+                            .arg("A's stale total")
+                            .query_async(&mut conn)
+                            .await;
+                        match &in_flight {
+                            Err(e) => log("A", format!("its in-flight write is refused: {e}")),
+                            Ok(_) => log("A", "its in-flight write went through?!".into()),
+                        }
+                        // The next write through the client is not even sent.
                         let step = redis::cmd("HSET")
                             .arg("report")
                             .arg("total")
                             .arg("A's stale total")
                             .clone();
-                        match lease.fence_call::<i64>(RESOURCE, &step).await {
-                            Err(e @ Error::StaleFence { .. }) => {
-                                log("A", format!("write refused: {e}"));
-                                Err(e)
-                            }
-                            other => {
-                                log("A", format!("write went through?! {other:?}"));
-                                other.map(|_| ())
-                            }
-                        }
+                        let next = lease.fence_call::<i64>(RESOURCE, &step).await;
+                        log("A", format!("its next write: {next:?}"));
+                        next.map(|_| ())
                     })
                     .await;
                 log("A", format!("with_lease returned {result:?}"));

@@ -10,34 +10,24 @@
 //! repo root), then `cargo run -p redis-lease-client --example sqlite_fencing`
 //! (`REDIS_URL` to point elsewhere).
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis_lease_client::{Error, Lease, Leases};
+use redis_lease_client::{Lease, Leases};
 use rusqlite::{params, Connection};
 
 const LOCK: &str = "lock:sqlite-report";
 const TTL: Duration = Duration::from_millis(500);
 
-/// One fenced write: applied only if no newer holder has written the row.
-fn write_total(db: &Mutex<Connection>, lease: &Lease, total: i64) -> Result<(), Error> {
-    // Each fence is below 2^53: it fits SQLite's 64-bit INTEGER.
+/// One fenced write. Whether it went in: false once a newer holder has written the row
+/// (this holder's lease is then gone; stop).
+fn write_total(db: &Connection, lease: &Lease, total: i64) -> rusqlite::Result<bool> {
+    // Fences are below 2^53: they fit SQLite's 64-bit INTEGER.
     let fence = i64::try_from(lease.fence()).expect("fences are below 2^53");
-    let db = db.lock().expect("db");
-    let changed = db
-        .execute(
-            "UPDATE reports SET total = ?2, fence = ?1 WHERE id = 1 AND fence <= ?1",
-            params![fence, total],
-        )
-        .expect("update");
-    if changed == 1 {
-        Ok(())
-    } else {
-        // A newer fence has written the row: this holder's lease is gone.
-        Err(Error::LeaseLost {
-            key: lease.key().to_string(),
-        })
-    }
+    let changed = db.execute(
+        "UPDATE reports SET total = ?2, fence = ?1 WHERE id = 1 AND fence <= ?1",
+        params![fence, total],
+    )?;
+    Ok(changed == 1)
 }
 
 #[tokio::main]
@@ -53,7 +43,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "CREATE TABLE reports (id INTEGER PRIMARY KEY, total INTEGER, fence INTEGER NOT NULL);
          INSERT INTO reports VALUES (1, 0, 0);",
     )?;
-    let db = Arc::new(Mutex::new(db));
 
     let a = Leases::connect(client.clone()).await?;
     let b = Leases::connect(client.clone()).await?;
@@ -61,26 +50,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A holds the lease and writes, with renewals capped so that, as if it had stalled,
     // the lease runs out while A still has it in hand.
     let lease_a = a.acquire(LOCK, TTL).max_renewals(0).await?;
-    write_total(&db, &lease_a, 10)?;
+    assert!(write_total(&db, &lease_a, 10)?);
     println!("A (fence {}) wrote total = 10", lease_a.fence());
 
     // B waits for the lease, gets it when A's runs out, and writes.
     let lease_b = b.acquire(LOCK, TTL).block(Duration::from_secs(5)).await?;
-    write_total(&db, &lease_b, 42)?;
+    assert!(write_total(&db, &lease_b, 42)?);
     println!("B (fence {}) wrote total = 42", lease_b.fence());
 
     // A, late, writes as if it still held the lease: the row refuses it.
-    match write_total(&db, &lease_a, 13) {
-        Err(e) => println!("A's late write changed nothing: {e}"),
-        Ok(()) => panic!("a stale write went through"),
+    if write_total(&db, &lease_a, 13)? {
+        panic!("a stale write went through");
     }
+    println!(
+        "A's late write changed nothing (its lease: {:?})",
+        lease_a.state()
+    );
     lease_b.release().await?;
 
-    let (total, fence): (i64, i64) = db.lock().expect("db").query_row(
-        "SELECT total, fence FROM reports WHERE id = 1",
-        [],
-        |row| Ok((row.get(0)?, row.get(1)?)),
-    )?;
+    let (total, fence): (i64, i64) =
+        db.query_row("SELECT total, fence FROM reports WHERE id = 1", [], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
     println!("row: total = {total}, fence = {fence}");
     assert_eq!(total, 42);
     a.close().await;

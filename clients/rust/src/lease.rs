@@ -27,7 +27,9 @@ use crate::leases::Shared;
 ///   └── release() / drop / scoped form's end, from HELD or SUSPENDED ──► RELEASED
 /// ```
 ///
-/// `Lost` and `Released` are final: a lease never comes back from either.
+/// `Lost` and `Released` are final: a lease never comes back from either. A deadline
+/// that has passed reads as `Lost` at once, even before the watchdog has run (say, when
+/// the whole process was paused).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum State {
     /// Held, its deadline confirmed by the server.
@@ -139,18 +141,30 @@ impl Core {
         self.sched.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The state as of now: a deadline that has passed is a loss even before the
+    /// watchdog has run (after a pause of the whole process, say).
     pub(crate) fn state(&self) -> State {
-        let own = self.sched().state;
+        let (own, deadline) = {
+            let sched = self.sched();
+            (sched.state, sched.deadline)
+        };
         if !own.is_live() {
             return own;
         }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            self.mark_lost();
+            return self.sched().state;
+        }
+        // First the session's (which may find its own deadline passed, and so end this
+        // hold through `lost`).
+        let session = self.session.as_ref().map(|s| s.state());
         if self.lost.is_cancelled() {
             return State::Lost;
         }
-        match &self.session {
-            Some(session) if session.state() == State::Suspended => State::Suspended,
-            _ => own,
+        if session == Some(State::Suspended) {
+            return State::Suspended;
         }
+        own
     }
 
     /// Whether the watchdog renews this lease itself (a bound hold with ttl 0 lives as

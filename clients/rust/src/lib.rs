@@ -1,5 +1,5 @@
-//! Async client for the [redis-lease](https://github.com/) module: leases with fencing
-//! tokens, renewed by one watchdog task, with a loss signal the code can wait on.
+//! Async client for the redis-lease module: leases with fencing tokens, renewed by one
+//! watchdog task, with a loss signal the code can wait on.
 //!
 //! ```no_run
 //! use std::time::Duration;
