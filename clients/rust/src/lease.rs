@@ -128,7 +128,7 @@ impl Core {
             sched: Mutex::new(Sched {
                 state: State::Held,
                 deadline: (!ttl.is_zero()).then(|| sent + ttl),
-                next_renew: sent + ttl / 3,
+                next_renew: sent + period(ttl),
                 in_flight: false,
                 renewals: 0,
                 releasing: false,
@@ -239,7 +239,7 @@ impl Core {
         }
         if by_watchdog {
             sched.renewals += 1;
-            sched.next_renew = sent + self.ttl / 3;
+            sched.next_renew = sent + period(self.ttl);
         }
     }
 
@@ -406,15 +406,17 @@ impl Lease {
             return Ok(());
         }
         let mut conn = self.handle.shared.conn.clone();
+        // Until the reply: a renewal answered 0 meanwhile is this release's doing. If
+        // the reply never comes (an error, this future dropped), the watchdog takes the
+        // lease back.
         core.set_releasing(true);
+        let releasing = Releasing { core, done: false };
         let released: redis::RedisResult<i64> = redis::cmd("LEASE.RELEASE")
             .arg(&core.key)
             .arg(&core.token)
             .query_async(&mut conn)
             .await;
-        if released.is_err() {
-            core.set_releasing(false);
-        }
+        releasing.finish(released.is_ok());
         match released {
             Ok(1) if was.is_live() && core.mark_released() => {
                 self.handle.shared.forget(core.id);
@@ -479,6 +481,26 @@ impl Lease {
     }
 }
 
+/// Clears a release's mark on a lease unless its reply came.
+struct Releasing<'a> {
+    core: &'a Core,
+    done: bool,
+}
+
+impl Releasing<'_> {
+    fn finish(mut self, answered: bool) {
+        self.done = answered;
+    }
+}
+
+impl Drop for Releasing<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.core.set_releasing(false);
+        }
+    }
+}
+
 /// A session: an exclusive lease whose renewal keeps every hold bound to it alive
 /// (`acquire(...).session(&session)`, with ttl zero for holds without a deadline of their
 /// own). The watchdog renews the session, not the holds. Releasing, dropping or losing
@@ -507,6 +529,12 @@ impl Deref for Session {
     fn deref(&self) -> &Lease {
         &self.lease
     }
+}
+
+/// How often the watchdog renews a lease: a third of its ttl (at least a millisecond,
+/// so that an absurdly short ttl does not spin the watchdog).
+pub(crate) fn period(ttl: Duration) -> Duration {
+    (ttl / 3).max(Duration::from_millis(1))
 }
 
 /// A duration as the module's milliseconds.

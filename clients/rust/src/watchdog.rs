@@ -26,7 +26,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::Conn;
-use crate::lease::{ttl_ms, Core};
+use crate::lease::{period, ttl_ms, Core};
 use crate::leases::{groups, Shared, Stats};
 
 /// The least time between two tries of a failing renewal.
@@ -119,7 +119,7 @@ fn collect(shared: &Shared, now: Instant) -> (Vec<Arc<Core>>, Option<Instant>) {
 async fn round(conn: Conn, due: Vec<Arc<Core>>, stats: Arc<Stats>) {
     let timeout = due
         .iter()
-        .map(|c| c.ttl / 3)
+        .map(|c| period(c.ttl))
         .min()
         .unwrap_or(MIN_RETRY)
         .max(MIN_RETRY);
