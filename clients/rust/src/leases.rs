@@ -55,13 +55,18 @@ pub(crate) struct Registry {
     pub(crate) leases: HashMap<u64, Arc<Core>>,
 }
 
-/// Counters of the watchdog's work.
+/// Counters of the watchdog's work, under one lock so that a reading is one moment's.
 #[derive(Default, Debug)]
-pub(crate) struct Stats {
-    pub(crate) rounds: AtomicU64,
-    pub(crate) pipelines: AtomicU64,
-    pub(crate) renewals: AtomicU64,
-    pub(crate) failures: AtomicU64,
+pub(crate) struct Stats(Mutex<WatchdogStats>);
+
+impl Stats {
+    pub(crate) fn update(&self, f: impl FnOnce(&mut WatchdogStats)) {
+        f(&mut self.0.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    fn get(&self) -> WatchdogStats {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// What the watchdog has sent so far ([`Leases::stats`]).
@@ -236,13 +241,7 @@ impl Leases {
 
     /// Counters of the watchdog's work.
     pub fn stats(&self) -> WatchdogStats {
-        let stats = &self.shared.stats;
-        WatchdogStats {
-            rounds: stats.rounds.load(Ordering::Relaxed),
-            pipelines: stats.pipelines.load(Ordering::Relaxed),
-            renewals: stats.renewals.load(Ordering::Relaxed),
-            failures: stats.failures.load(Ordering::Relaxed),
-        }
+        self.shared.stats.get()
     }
 
     /// Leases held or suspended.

@@ -16,7 +16,6 @@
 //! by this machine's monotonic clock, from when the confirming request was sent, which
 //! is never later than the server's own deadline.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -123,11 +122,13 @@ async fn round(conn: Conn, due: Vec<Arc<Core>>, stats: Arc<Stats>) {
         .min()
         .unwrap_or(MIN_RETRY)
         .max(MIN_RETRY);
+    let renewals = due.len() as u64;
     let groups = groups(&conn, due);
-    stats.rounds.fetch_add(1, Ordering::Relaxed);
-    stats
-        .pipelines
-        .fetch_add(groups.len() as u64, Ordering::Relaxed);
+    stats.update(|s| {
+        s.rounds += 1;
+        s.pipelines += groups.len() as u64;
+        s.renewals += renewals;
+    });
     let sends = groups.into_iter().map(|group| {
         let mut conn = conn.clone();
         let stats = Arc::clone(&stats);
@@ -140,9 +141,6 @@ async fn round(conn: Conn, due: Vec<Arc<Core>>, stats: Arc<Stats>) {
                     .arg(&core.token)
                     .arg(ttl_ms(core.ttl));
             }
-            stats
-                .renewals
-                .fetch_add(group.len() as u64, Ordering::Relaxed);
             let sent = Instant::now();
             let replies = tokio::time::timeout(
                 timeout,
@@ -163,7 +161,7 @@ async fn round(conn: Conn, due: Vec<Arc<Core>>, stats: Arc<Stats>) {
                     }
                 }
                 _ => {
-                    stats.failures.fetch_add(1, Ordering::Relaxed);
+                    stats.update(|s| s.failures += 1);
                     for core in &group {
                         core.suspend(retry_at(core));
                         core.sched().in_flight = false;
