@@ -244,6 +244,12 @@ impl Leases {
         self.shared.stats.get()
     }
 
+    /// Tasks of this client still running: the watchdog (from the first acquire until
+    /// `close()`) and releases sent in the background. Zero after `close()`.
+    pub fn tasks(&self) -> usize {
+        self.shared.tasks.len()
+    }
+
     /// Leases held or suspended.
     pub fn live(&self) -> usize {
         self.shared

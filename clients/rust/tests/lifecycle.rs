@@ -222,12 +222,13 @@ for_each_server!(acquire_options_reach_the_server, |flavor| {
 for_each_server!(close_leaves_no_task, |flavor| {
     let server = Server::start(flavor);
     let runtime = tokio::runtime::Handle::current();
-    let client = server.client();
-    let conn = client.get_connection_manager().await.unwrap();
-    let mut admin = server.admin().await;
+    // Every task on this test's runtime: none yet.
     let tasks = || runtime.metrics().num_alive_tasks();
-    let before = tasks();
-    let leases = Leases::new(conn).blocking_client(client);
+    assert_eq!(tasks(), 0);
+    let client = server.client();
+    let leases =
+        Leases::new(client.get_connection_manager().await.unwrap()).blocking_client(client.clone());
+    assert_eq!(leases.tasks(), 0, "nothing runs before the first acquire");
     let ttl = Duration::from_millis(600);
     let kept = leases.acquire(key(flavor, "kept"), ttl).await.unwrap();
     let blocked = leases
@@ -242,28 +243,31 @@ for_each_server!(close_leaves_no_task, |flavor| {
         .session(&session)
         .await
         .unwrap();
-    assert!(tasks() > before, "the watchdog runs");
-    tokio::time::sleep(ttl / 2).await;
-    assert!(leases.stats().rounds >= 1);
-    leases.close().await;
-    // The watchdog and the background releases have ended; the blocking acquire's
-    // connection task ends when its connection is dropped.
-    eventually(Duration::from_secs(2), "no task of the client", || async {
-        tasks() == before
+    assert!(leases.tasks() >= 1, "the watchdog runs");
+    eventually(ttl, "a renewal round", || async {
+        leases.stats().rounds >= 1
     })
     .await;
+    leases.close().await;
+    assert_eq!(leases.tasks(), 0, "no task of the client after close()");
     for lease in [&kept, &bound, session.lease()] {
         assert_eq!(lease.state(), State::Lost, "{lease:?}");
     }
+    let mut admin = server.admin().await;
     assert_ne!(lease_state(&mut admin, &key(flavor, "kept")).await, "held");
+    drop(admin);
     let rounds = leases.stats().rounds;
     tokio::time::sleep(ttl / 2).await;
     assert_eq!(leases.stats().rounds, rounds, "no renewal after close()");
     let after = leases.acquire(key(flavor, "after"), ttl).await;
     assert!(matches!(after, Err(Error::Closed)), "{after:?}");
     leases.close().await;
-    drop(kept);
-    drop(bound);
-    drop(session);
-    assert_eq!(tasks(), before);
+    // With the handles dropped, nothing at all is left on the runtime: no task of the
+    // client's, and redis-rs's connection tasks (the shared connection, the blocking
+    // acquire's own) have ended with their connections.
+    drop((kept, bound, session, leases, client));
+    eventually(Duration::from_secs(2), "no task on the runtime", || async {
+        tasks() == 0
+    })
+    .await;
 });
