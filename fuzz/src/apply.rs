@@ -1,7 +1,7 @@
 //! `LEASE.APPLY key ...`, a master's or the AOF's effect, in its four forms
 //! (chosen as `src/commands/apply.rs` chooses them, on the first argument
 //! after the key):
-//! - `HOLD state token`, the state `fence:deadline:mode:limit:delay:
+//! - `state token` with a hold's state `fence:deadline:mode:limit:delay:
 //!   session_fence:owner_len:` then the owner and the session key
 //!   (`args::parse_hold_args`, written by `args::hold_state`);
 //! - `DROP token [token ...]` (`Lease::apply_drop`);
@@ -21,7 +21,7 @@ use crate::{
 
 pub(crate) fn check_apply(argv: &[&[u8]]) {
     match argv {
-        [form, rest @ ..] if form.eq_ignore_ascii_case(b"HOLD") => check_hold(rest),
+        [state, _] if args::is_hold_state(state) => check_hold(argv),
         [form, rest @ ..] if form.eq_ignore_ascii_case(b"DROP") && !rest.is_empty() => {
             check_drop(rest)
         }

@@ -1,8 +1,9 @@
 //! `LEASE.APPLY`: a master's or the AOF's effect, in one of three forms:
 //! - `key fence:deadline token`: a compact lease's whole state (an empty
 //!   token: free), which also ends any extended holds;
-//! - `key HOLD fence:deadline mode:limit owner token`: one hold of an
-//!   extended lease (an exclusive one is the only hold);
+//! - `key state token`, the state a hold's (`args::hold_state`, seven
+//!   fields): one hold of an extended lease (an exclusive one is the only
+//!   hold);
 //! - `key DROP token [token ...]`: holds of an extended lease gone.
 
 use std::os::raw::c_int;
@@ -52,8 +53,8 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     };
     let form = effect.first().map(rm::bytes);
     let parsed = match form {
-        Some(f) if f.eq_ignore_ascii_case(b"HOLD") => {
-            args::parse_hold_args(&effect[1..], rm::bytes)
+        Some(f) if effect.len() == 2 && args::is_hold_state(f) => {
+            args::parse_hold_args(effect, rm::bytes)
                 .map(|(token, grant, mode, limit)| Effect::Hold(token, grant, mode, limit))
         }
         Some(f) if f.eq_ignore_ascii_case(b"DROP") && effect.len() > 1 => Ok(Effect::Drop),

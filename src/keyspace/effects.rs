@@ -131,8 +131,8 @@ pub fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: Wire) {
     }
 }
 
-/// `LEASE.APPLY key HOLD state token`: one hold of an extended lease, on
-/// the key's terms (`args::hold_state`).
+/// `LEASE.APPLY key state token`: one hold of an extended lease, on the
+/// key's terms (`args::hold_state`).
 pub fn replicate_hold(
     ctx: Ctx,
     key: RString,
@@ -144,16 +144,15 @@ pub fn replicate_hold(
     let state = args::hold_state(grant, mode, limit);
     let token = OwnedToken::new(ctx, token);
     // SAFETY: `ctx` and `key` are valid by the handle rule, the token's
-    // string lives to the end of this function; the format `scbs` takes a
-    // module string, a NUL-terminated string, a pointer and a length (live
-    // for the call, which copies them) and a module string.
+    // string lives to the end of this function; the format `sbs` takes a
+    // module string, a pointer and a length (live for the call, which
+    // copies them) and a module string.
     unsafe {
         api!(RedisModule_Replicate)(
             ctx,
             c"LEASE.APPLY".as_ptr(),
-            c"scbs".as_ptr(),
+            c"sbs".as_ptr(),
             key,
-            c"HOLD".as_ptr(),
             state.as_ptr(),
             state.len(),
             token.as_ptr(),

@@ -289,16 +289,14 @@ unsafe extern "C" fn lease_aof_rewrite(
             };
             for Hold { token, grant } in &whole.holds {
                 let state = args::hold_state(grant, whole.mode, whole.limit);
-                // SAFETY: as above; the format `scbb` takes a module string,
-                // a NUL-terminated string and two pointer-and-length buffers,
-                // live for the call.
+                // SAFETY: as above; the format `sbb` takes a module string
+                // and two pointer-and-length buffers, live for the call.
                 unsafe {
                     api!(RedisModule_EmitAOF)(
                         aof,
                         c"LEASE.APPLY".as_ptr(),
-                        c"scbb".as_ptr(),
+                        c"sbb".as_ptr(),
                         key,
-                        c"HOLD".as_ptr(),
                         state.as_ptr(),
                         state.len(),
                         token.as_ptr(),

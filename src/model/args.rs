@@ -207,8 +207,9 @@ fn push_decimal(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(&buf[at..]);
 }
 
-/// `LEASE.APPLY key HOLD state token`'s state, one argument for the whole
-/// hold (each argument of a replicated call costs the server an object):
+/// `LEASE.APPLY key state token`'s state for one hold, one argument for the
+/// whole hold (each argument of a replicated call costs the server an
+/// object), told from a whole lease's `fence:deadline` by its colons:
 /// `fence:deadline:mode:limit:delay:session_fence:owner_len:` then the
 /// owner's bytes, then the session key's. Mode `X` or `S`; limit 0: none;
 /// a deadline of 0: none of its own (a bound hold); session fence 0: no
@@ -254,7 +255,13 @@ pub fn hold_state(grant: &Grant, mode: Mode, limit: Option<u32>) -> Vec<u8> {
 /// mode and limit.
 pub type HoldEffect = (Box<[u8]>, Grant, Mode, Option<u32>);
 
-/// `LEASE.APPLY key HOLD state token`, after `HOLD`: the hold and the key's
+/// Whether a `LEASE.APPLY` state argument is a hold's (`hold_state`: seven
+/// colons) rather than a whole lease's `fence:deadline` (one).
+pub fn is_hold_state(state: &[u8]) -> bool {
+    state.iter().filter(|&&c| c == b':').take(2).count() == 2
+}
+
+/// `LEASE.APPLY key state token` with a hold's state: the hold and the key's
 /// terms, checked; what no grant makes is refused (a limit on an exclusive
 /// hold, a lock-delay on a shared one, fence 0, a deadline of 0 without a
 /// session).
