@@ -107,33 +107,26 @@ pub fn forget(db: Option<i32>) {
     note_count(&index);
 }
 
-/// Every bound hold of a lease value on `key` (one that arrived, or a
-/// rescan).
+/// Every bound hold of a lease value arriving on `key` (a load, a key that
+/// arrived, an eviction put back).
 pub fn bind_all(db: i32, key: &[u8], lease: &Lease) {
-    if lease.bound_holds() == 0 {
-        return;
-    }
-    let Some(holds) = lease.extended() else {
-        return;
-    };
-    let mut index = state::bound();
-    for binding in holds.iter().filter_map(|(_, g)| g.session()) {
-        index.bind(db, key, binding);
-    }
-    note_count(&index);
+    each_binding(lease, |index, binding| index.bind(db, key, binding));
 }
 
 /// Every bound hold of a lease value leaving `key` (unlink).
 pub fn unbind_all(db: i32, key: &[u8], lease: &Lease) {
-    if lease.bound_holds() == 0 {
-        return;
-    }
-    let Some(holds) = lease.extended() else {
+    each_binding(lease, |index, binding| index.unbind(db, key, binding));
+}
+
+/// `change` for each of a lease value's bindings, under one lock of the
+/// index; nothing for a value without bound holds.
+fn each_binding(lease: &Lease, mut change: impl FnMut(&mut BoundIndex, &Binding)) {
+    let Some(holds) = lease.extended().filter(|_| lease.bound_holds() > 0) else {
         return;
     };
     let mut index = state::bound();
     for binding in holds.iter().filter_map(|(_, g)| g.session()) {
-        index.unbind(db, key, binding);
+        change(&mut index, binding);
     }
     note_count(&index);
 }
