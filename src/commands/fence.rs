@@ -9,15 +9,14 @@ use crate::keyspace::types;
 use crate::model::args::parse_fence;
 use crate::model::error;
 use crate::model::lease::Resource;
-use crate::rm::{self, api, Ctx, Key, RString, Slot};
+use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::inner::{self, Verdict};
 use super::{command, nested_lease_command, writable, OK};
 
 /// `LEASE.FENCE resource fence [command [arg ...]]`
 pub extern "C" fn fence_command(ctx: Ctx, argv: *mut RString, argc: c_int) -> c_int {
-    // SAFETY: `ctx` is the context Redis passed this command.
-    if unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx) } != 0 {
+    if rm::keys_position_request(ctx) {
         return rm::guard(
             "LEASE.FENCE getkeys",
             || OK,

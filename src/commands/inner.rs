@@ -261,16 +261,8 @@ pub fn report_keys(ctx: Ctx, args: &[RString]) {
         return;
     }
     let rw_update = (raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE) as c_int;
-    // SAFETY: a read of the API table after RedisModule_Init wrote it (see
-    // `api!`); `None` before Redis 7.2.
-    let key_at_pos_with_flags = unsafe { raw::RedisModule_KeyAtPosWithFlags };
-    match key_at_pos_with_flags {
-        // SAFETY: `ctx` is a keys-position request's context, and position
-        // 1 (the resource) is an argument: `args.len() >= 2`.
-        Some(at) => unsafe { at(ctx, 1, rw_update) },
-        // SAFETY: as for `at`.
-        None => unsafe { api!(RedisModule_KeyAtPos)(ctx, 1) },
-    }
+    // Position 1 (the resource) is an argument: `args.len() >= 2`.
+    rm::report_key(ctx, 1, rw_update);
     // An oversized inner command is refused when it runs; its keys are
     // not extracted (see MAX_ARGS).
     if args.len() < 4 || args.len() > 4 + MAX_ARGS {
@@ -313,13 +305,7 @@ pub fn report_keys(ctx: Ctx, args: &[RString]) {
         };
         // Each position is one of the inner command's arguments, which
         // start at 3 in this command's: a position that exists.
-        match key_at_pos_with_flags {
-            // SAFETY: `ctx` is a keys-position request's context, and
-            // `pos + 3` is one of its arguments.
-            Some(at) => unsafe { at(ctx, pos + 3, key_flags) },
-            // SAFETY: as for `at`.
-            None => unsafe { api!(RedisModule_KeyAtPos)(ctx, pos + 3) },
-        }
+        rm::report_key(ctx, pos + 3, key_flags);
     }
     // SAFETY: both arrays were allocated by the server for this module
     // (RedisModule_Alloc) and are freed once, here; nothing read from them
