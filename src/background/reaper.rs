@@ -194,7 +194,7 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
     }
     if lease.is_extended() {
         drop(key);
-        return settle_key(ctx, db, key_bytes, name, now);
+        return settle_key(ctx, db, key_bytes, name, now, &mut lookup);
     }
     if state::waiters().len(db, key_bytes) > 0 {
         // Expired with a queue: the head waiter takes it now. The key keeps
@@ -226,7 +226,14 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
 /// a lock-delay they start is kept, waiters are offered what is free, and
 /// a key left with no hold, no delay and no waiter is deleted (returns
 /// true; the caller replicates the `DEL`).
-fn settle_key(ctx: Ctx, db: i32, key_bytes: &[u8], name: RString, now: u64) -> bool {
+fn settle_key(
+    ctx: Ctx,
+    db: i32,
+    key_bytes: &[u8],
+    name: RString,
+    now: u64,
+    lookup: &mut Lookup,
+) -> bool {
     let Some(mut key) = Key::open_write(ctx, name) else {
         return false;
     };
@@ -238,11 +245,10 @@ fn settle_key(ctx: Ctx, db: i32, key_bytes: &[u8], name: RString, now: u64) -> b
         // hold, and its deadline is the index's business.
         return false;
     }
-    let mut lookup = Lookup::new(ctx, now);
     let own_session = sessions::session_grant(lease);
     let shared_before = lease.shared_holds();
     let delayed_before = lease.extended().map_or(0, |h| h.delayed_until());
-    let gone = lease.prune(now, &mut lookup);
+    let gone = lease.prune(now, lookup);
     state::shared_holds_moved(shared_before, lease.shared_holds());
     let delayed_until = lease.extended().map_or(0, |h| h.delayed_until());
     let waiting = state::waiters().len(db, key_bytes) > 0;
@@ -322,10 +328,13 @@ fn reap_ended(ctx: Ctx, now: u64, budget: usize) -> usize {
             let name = OwnedString::new(ctx, &session);
             rm::notify(ctx, c"lease.session-end", name.as_ptr());
         }
+        // One lookup for the batch: its keys are bound to the one session
+        // that ended, read once rather than once a key.
+        let mut lookup = Lookup::new(ctx, now);
         for key in keys {
             taken += 1;
             let name = OwnedString::new(ctx, &key);
-            if settle_key(ctx, db, &key, name.as_ptr(), now) {
+            if settle_key(ctx, db, &key, name.as_ptr(), now, &mut lookup) {
                 rm::replicate_del(ctx, &[name.as_ptr()]);
             }
         }
