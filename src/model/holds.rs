@@ -381,17 +381,12 @@ impl Holds {
         if removed.as_ref().is_some_and(|g| g.session().is_some()) {
             self.bound -= 1;
         }
-        if let Table::Many(map) = &self.table {
-            if map.len() <= FEW / 2 {
-                let list = map
-                    .iter()
-                    .map(|(t, g)| Hold {
-                        token: t.clone(),
-                        grant: g.clone(),
-                    })
-                    .collect();
-                self.table = Table::Few(list);
-            }
+        if matches!(&self.table, Table::Many(map) if map.len() <= FEW / 2) {
+            // Back to the list: the holds move, nothing is copied, and the
+            // count of bound ones stays what it is.
+            let bound = self.bound;
+            self.table = Table::Few(self.clear());
+            self.bound = bound;
         }
         removed
     }
