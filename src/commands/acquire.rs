@@ -15,7 +15,7 @@ use crate::model::args;
 use crate::model::config;
 use crate::model::error;
 use crate::model::holds::{Binding, Refused, Terms};
-use crate::model::lease::{Acquire, Lease, Replaced};
+use crate::model::lease::{Acquire, Lease};
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::{command, generate_token, token_option, writable, OK};
@@ -129,35 +129,23 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     let queue_ahead = effects::has_waiters(ctx, key_name);
     let shared_before = lease.shared_holds();
     let mut lookup = Lookup::new(ctx, now);
-    let outcome = if terms.is_plain() && !lease.is_extended() && !sessions::any_bound() {
-        // Version 1's grant, on the compact form: the hot path.
-        // A grant over a holder is a grant over an expired one.
-        let had_holder = lease.deadline().is_some();
-        lease
-            .acquire(token, parsed.ttl_ms, now, queue_ahead, &mut state::fences())
-            .map(|a| {
-                let replaced = had_holder && matches!(a, Acquire::Granted { .. });
-                (a, Replaced::compact(replaced))
-            })
-            .map_err(|_| Refused::FenceExhausted)
-    } else {
-        let ending = sessions::session_grant(lease);
-        let outcome = lease.acquire_on(
-            token,
-            parsed.ttl_ms,
-            terms,
-            now,
-            queue_ahead,
-            queue_ahead,
-            config::max_holders(),
-            &mut state::fences(),
-            &mut lookup,
-        );
-        if let Ok((_, replaced)) = &outcome {
-            sessions::replaced(ctx, key_name, replaced, ending);
-        }
-        outcome
-    };
+    // The key's own grant, read before this one may replace it: if it was a
+    // session that expired, its end is noted with the replacement.
+    let ending = sessions::session_grant(lease);
+    let outcome = lease.acquire_on(
+        token,
+        parsed.ttl_ms,
+        terms,
+        now,
+        queue_ahead,
+        queue_ahead,
+        config::max_holders(),
+        &mut state::fences(),
+        &mut lookup,
+    );
+    if let Ok((_, replaced)) = &outcome {
+        sessions::replaced(ctx, key_name, replaced, ending);
+    }
     let fence = match outcome {
         Err(Refused::TooManyHolders) if parsed.block_ms.is_some() => {
             // Full to the operator's cap: a blocking caller waits its turn.

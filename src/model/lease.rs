@@ -326,7 +326,7 @@ pub struct Replaced {
 }
 
 impl Replaced {
-    pub fn compact(replaced: bool) -> Self {
+    fn compact(replaced: bool) -> Self {
         Self {
             count: usize::from(replaced),
             holds: Vec::new(),
