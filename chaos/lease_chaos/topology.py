@@ -1,0 +1,513 @@
+"""The servers a chaos run stands up: three data nodes and three Sentinels, or a cluster
+of three masters with one replica each. Every data node loads the module; every process
+listens on 127.0.0.1 only and is a child of this process, so its exit is seen at once.
+
+Sentinel processes load no module: Sentinel mode ignores `loadmodule` (it holds no data).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+# Built by scripts/chaos from chaos/clockshift.c; steps one node's wall clock.
+CLOCKSHIFT_LIB = os.environ.get("CHAOS_CLOCKSHIFT", "")
+MASTER_NAME = "mymaster"
+HOST = "127.0.0.1"
+
+# Sentinel: a primary that does not answer for 1 s is down; a failover may restart after
+# twice the failover timeout, so this bounds how often one can follow another.
+DOWN_AFTER_MS = 1000
+FAILOVER_TIMEOUT_MS = 3000
+# Cluster: a master silent for this long is failed over by its replica.
+NODE_TIMEOUT_MS = 1000
+
+
+@dataclass
+class Node:
+    """One server process: a data node or a Sentinel."""
+
+    name: str
+    binary: str
+    port: int
+    dir: Path
+    config: list[str]
+    sentinel: bool = False
+    shifted_clock: bool = False
+    proc: subprocess.Popen | None = None
+    pids: list[int] = field(default_factory=list)
+
+    @property
+    def addr(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def conf_path(self) -> Path:
+        return self.dir / ("sentinel.conf" if self.sentinel else "redis.conf")
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "server.log"
+
+    @property
+    def clock_file(self) -> Path:
+        return self.dir / "clock-offset"
+
+    def write_config(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.conf_path.write_text("\n".join(self.config) + "\n")
+
+    def start(self) -> None:
+        """Starts the process from its config file (which Sentinel may have rewritten)."""
+        env = dict(os.environ)
+        if self.shifted_clock:
+            if not self.clock_file.exists():
+                self.clock_file.write_text("0\n")
+            env.update(LD_PRELOAD=CLOCKSHIFT_LIB, CLOCKSHIFT_FILE=str(self.clock_file))
+        args = [self.binary, str(self.conf_path)]
+        if self.sentinel:
+            args.append("--sentinel")
+        self.proc = subprocess.Popen(
+            args,
+            cwd=self.dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.pids.append(self.proc.pid)
+        wait_until(lambda: self.ping(), 10, f"{self.name} ({self.addr}) to answer")
+
+    def client(self, timeout: float = 1.0) -> redis.Redis:
+        return redis.Redis(
+            host=HOST,
+            port=self.port,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            decode_responses=True,
+        )
+
+    def ping(self) -> bool:
+        try:
+            with self.client(0.5) as conn:
+                return bool(conn.ping())
+        except redis.RedisError:
+            return False
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> int:
+        """kill -9; returns the pid killed. The exit is reaped by `exit_status`."""
+        pid = self.proc.pid
+        os.kill(pid, signal.SIGKILL)
+        self.proc.wait()
+        return pid
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+    def set_clock(self, offset_s: float) -> None:
+        """Steps this node's wall clock to `offset_s` from the machine's (clockshift
+        reads the file again within 100 ms)."""
+        self.clock_file.write_text(f"{offset_s:+.3f}\n")
+
+
+def wait_until(probe, timeout: float, what: str, interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def data_config(port: int, directory: Path, module: str, extra: list[str]) -> list[str]:
+    return [
+        f"port {port}",
+        f"bind {HOST}",
+        "protected-mode no",
+        f"dir {directory}",
+        "logfile server.log",
+        f"loadmodule {module}",
+        "enable-debug-command yes",
+        "save ''",
+        "appendonly yes",
+        "appendfsync everysec",
+        "repl-diskless-sync yes",
+        "repl-diskless-sync-delay 0",
+        "repl-diskless-load disabled",
+        # A replica that lost its primary for longer than this would refuse reads; the
+        # workers only read the primary.
+        "repl-timeout 5",
+        *extra,
+    ]
+
+
+class Topology:
+    """The common part: data nodes, start/stop, logs, exits."""
+
+    kind = ""
+    replicas_per_primary = 0
+
+    def __init__(self, binary: str, module: str, base_port: int, workdir: Path):
+        self.binary = binary
+        self.module = module
+        self.base_port = base_port
+        self.workdir = workdir
+        self.nodes: list[Node] = []
+        self.sentinels: list[Node] = []
+
+    def all_processes(self) -> list[Node]:
+        return self.nodes + self.sentinels
+
+    def node_by_addr(self, addr: str) -> Node | None:
+        return next((n for n in self.nodes if n.addr == addr), None)
+
+    def clock_node(self) -> Node | None:
+        return next((n for n in self.nodes if n.shifted_clock), None)
+
+    def stop(self) -> None:
+        for node in self.all_processes():
+            node.stop()
+
+    def crash_lines(self) -> list[tuple[str, str]]:
+        """Lines of a crash report in any data node's log."""
+        markers = ("crashed by signal", "ASSERTION FAILED", "Guru Meditation", "panicked")
+        found = []
+        for node in self.nodes:
+            if not node.log_path.exists():
+                continue
+            for line in node.log_path.read_text(errors="replace").splitlines():
+                if any(m in line for m in markers):
+                    found.append((node.addr, line.strip()))
+        return found
+
+    def fresh_dir(self) -> None:
+        if self.workdir.exists():
+            shutil.rmtree(self.workdir)
+        self.workdir.mkdir(parents=True)
+
+
+class SentinelTopology(Topology):
+    """A primary, two replicas and three Sentinels (quorum 2)."""
+
+    kind = "sentinel"
+    replicas_per_primary = 2
+
+    def start(self) -> None:
+        self.fresh_dir()
+        primary_port = self.base_port
+        for i in range(3):
+            port = self.base_port + i
+            directory = self.workdir / f"n{i}"
+            extra = [] if i == 0 else [f"replicaof {HOST} {primary_port}"]
+            node = Node(
+                f"n{i}",
+                self.binary,
+                port,
+                directory,
+                data_config(port, directory, self.module, extra),
+                shifted_clock=bool(CLOCKSHIFT_LIB) and i == 2,
+            )
+            node.write_config()
+            self.nodes.append(node)
+        for node in self.nodes:
+            node.start()
+        wait_until(self._replicas_synced, 20, "replicas to sync")
+        for i in range(3):
+            port = self.base_port + 10 + i
+            directory = self.workdir / f"s{i}"
+            node = Node(
+                f"s{i}",
+                self.binary,
+                port,
+                directory,
+                [
+                    f"port {port}",
+                    f"bind {HOST}",
+                    f"dir {directory}",
+                    "logfile server.log",
+                    f"sentinel monitor {MASTER_NAME} {HOST} {primary_port} 2",
+                    f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}",
+                    f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}",
+                    f"sentinel parallel-syncs {MASTER_NAME} 2",
+                ],
+                sentinel=True,
+            )
+            node.write_config()
+            self.sentinels.append(node)
+            node.start()
+        wait_until(self._sentinels_ready, 20, "Sentinels to find each other and the replicas")
+
+    def _replicas_synced(self) -> bool:
+        try:
+            with self.nodes[0].client() as conn:
+                info = conn.info("replication")
+            return info.get("connected_slaves") == 2 and all(
+                info.get(f"slave{i}", {}).get("state") == "online" for i in range(2)
+            )
+        except redis.RedisError:
+            return False
+
+    def _sentinels_ready(self) -> bool:
+        try:
+            for s in self.sentinels:
+                with s.client() as conn:
+                    fields = sentinel_master(conn)
+                    if int(fields["num-slaves"]) < 2 or int(fields["num-other-sentinels"]) < 2:
+                        return False
+            return True
+        except redis.RedisError:
+            return False
+
+    def sentinel_addrs(self) -> list[tuple[str, int]]:
+        return [(HOST, s.port) for s in self.sentinels]
+
+    def shards(self) -> list[str]:
+        return [MASTER_NAME]
+
+    def primaries(self) -> dict[str, tuple[str, int]]:
+        """The primary by the Sentinel with the highest configuration epoch that answers:
+        {shard: (addr, epoch)}."""
+        best = None
+        for s in self.sentinels:
+            if not s.alive():
+                continue
+            try:
+                with s.client(0.3) as conn:
+                    fields = sentinel_master(conn)
+            except redis.RedisError:
+                continue
+            epoch = int(fields.get("config-epoch", 0))
+            addr = f"{fields['ip']}:{fields['port']}"
+            if best is None or epoch > best[1]:
+                best = (addr, epoch)
+        return {MASTER_NAME: best} if best else {}
+
+    def replicas_of(self, shard: str, primary: str) -> list[Node]:
+        return [n for n in self.nodes if n.addr != primary]
+
+    def settled(self) -> bool:
+        """One primary that the Sentinels agree on, with both replicas online."""
+        current = self.primaries().get(MASTER_NAME)
+        if not current:
+            return False
+        node = self.node_by_addr(current[0])
+        if node is None or not node.alive():
+            return False
+        try:
+            with node.client(0.5) as conn:
+                info = conn.info("replication")
+        except redis.RedisError:
+            return False
+        return (
+            info.get("role") == "master"
+            and info.get("connected_slaves") == 2
+            and all(info.get(f"slave{i}", {}).get("state") == "online" for i in range(2))
+        )
+
+
+class ClusterTopology(Topology):
+    """Three masters with one replica each, automatic failover on."""
+
+    kind = "cluster"
+    replicas_per_primary = 1
+
+    def start(self) -> None:
+        self.fresh_dir()
+        for i in range(6):
+            port = self.base_port + i
+            directory = self.workdir / f"n{i}"
+            extra = [
+                "cluster-enabled yes",
+                "cluster-config-file nodes.conf",
+                f"cluster-node-timeout {NODE_TIMEOUT_MS}",
+                # A replica is always eligible: the test wants failovers to happen.
+                "cluster-replica-validity-factor 0",
+                "cluster-allow-replica-migration no",
+                "cluster-require-full-coverage no",
+            ]
+            node = Node(
+                f"n{i}",
+                self.binary,
+                port,
+                directory,
+                data_config(port, directory, self.module, extra),
+                shifted_clock=bool(CLOCKSHIFT_LIB) and i == 4,
+            )
+            node.write_config()
+            self.nodes.append(node)
+        for node in self.nodes:
+            node.start()
+        masters, replicas = self.nodes[:3], self.nodes[3:]
+        ranges = [(0, 5460), (5461, 10922), (10923, 16383)]
+        for node, (lo, hi) in zip(masters, ranges):
+            with node.client() as conn:
+                conn.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
+        for node in self.nodes[1:]:
+            with node.client() as conn:
+                conn.execute_command("CLUSTER", "MEET", HOST, self.nodes[0].port)
+        wait_until(lambda: self._all_known(6), 20, "every node to know every other")
+        for master, replica in zip(masters, replicas):
+            master_id = self._my_id(master)
+            with replica.client() as conn:
+                wait_until(
+                    lambda: _try(lambda: conn.execute_command("CLUSTER", "REPLICATE", master_id)),
+                    10,
+                    f"{replica.name} to replicate {master.name}",
+                )
+        wait_until(self.settled, 30, "the cluster to be ok with every replica in sync")
+
+    def _my_id(self, node: Node) -> str:
+        with node.client() as conn:
+            return conn.execute_command("CLUSTER", "MYID")
+
+    def _all_known(self, count: int) -> bool:
+        try:
+            for node in self.nodes:
+                with node.client() as conn:
+                    nodes = conn.execute_command("CLUSTER", "NODES")
+                lines = [line for line in _text(nodes).splitlines() if line.strip()]
+                if len(lines) < count or any("handshake" in line for line in lines):
+                    return False
+            return True
+        except redis.RedisError:
+            return False
+
+    def shards(self) -> list[str]:
+        return ["0", "5461", "10923"]
+
+    def _views(self) -> list[list[list[str]]]:
+        views = []
+        for node in self.nodes:
+            if not node.alive():
+                continue
+            try:
+                with node.client(0.3) as conn:
+                    text = _text(conn.execute_command("CLUSTER", "NODES"))
+            except redis.RedisError:
+                continue
+            views.append([line.split() for line in text.splitlines() if line.strip()])
+        return views
+
+    def primaries(self) -> dict[str, tuple[str, int]]:
+        """Per shard, the master that claims its first slot with the highest configuration
+        epoch in any answering node's view (the cluster's own rule for a conflict)."""
+        best: dict[str, tuple[str, int]] = {}
+        for view in self._views():
+            for parts in view:
+                flags = parts[2].split(",")
+                if "master" not in flags or "fail" in flags or "noaddr" in flags:
+                    continue
+                addr = parts[1].split("@")[0]
+                epoch = int(parts[6])
+                for shard in self.shards():
+                    if _owns(parts[8:], int(shard)):
+                        if shard not in best or epoch > best[shard][1]:
+                            best[shard] = (addr, epoch)
+        return best
+
+    def replicas_of(self, shard: str, primary: str) -> list[Node]:
+        index = self.shards().index(shard)
+        pair = [self.nodes[index], self.nodes[index + 3]]
+        return [n for n in pair if n.addr != primary]
+
+    def settled(self) -> bool:
+        """Every shard has a live master that says the cluster is ok and has its replica
+        online."""
+        current = self.primaries()
+        if len(current) != 3:
+            return False
+        for addr, _epoch in current.values():
+            node = self.node_by_addr(addr)
+            if node is None or not node.alive():
+                return False
+            try:
+                with node.client(0.5) as conn:
+                    info = conn.info("replication")
+                    state = _text(conn.execute_command("CLUSTER", "INFO"))
+            except redis.RedisError:
+                return False
+            if "cluster_state:ok" not in state or info.get("role") != "master":
+                return False
+            if info.get("connected_slaves") != 1 or info.get("slave0", {}).get("state") != "online":
+                return False
+        return True
+
+    def slot_map(self) -> list[tuple[int, int, str]]:
+        for node in self.nodes:
+            if not node.alive():
+                continue
+            try:
+                with node.client(0.5) as conn:
+                    slots = conn.execute_command("CLUSTER", "SLOTS")
+            except redis.RedisError:
+                continue
+            return [(int(s[0]), int(s[1]), f"{s[2][0]}:{s[2][1]}") for s in slots]
+        return []
+
+
+def sentinel_master(conn: redis.Redis) -> dict:
+    """SENTINEL MASTER as a dict (redis-py parses it into one; older versions do not)."""
+    reply = conn.execute_command("SENTINEL", "MASTER", MASTER_NAME)
+    if isinstance(reply, dict):
+        return reply
+    return dict(zip(reply[::2], reply[1::2]))
+
+
+def _owns(slot_fields: list[str], slot: int) -> bool:
+    for item in slot_fields:
+        if item.startswith("["):
+            continue
+        lo, _, hi = item.partition("-")
+        if int(lo) <= slot <= int(hi or lo):
+            return True
+    return False
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _try(call) -> bool:
+    try:
+        call()
+        return True
+    except redis.RedisError:
+        return False
+
+
+SERVERS = {
+    "redis-7.0": "LEASE_REDIS7_SERVER",
+    "redis-8.2": "LEASE_REDIS8_SERVER",
+    "valkey-9.1": "LEASE_VALKEY9_SERVER",
+}
+
+
+def server_binary(server: str) -> str:
+    path = os.environ.get(SERVERS[server])
+    if not path or not Path(path).exists():
+        raise SystemExit(f"{server}: set {SERVERS[server]} to its server binary")
+    return path
