@@ -25,7 +25,7 @@ HOST = "127.0.0.1"
 # Sentinel: a primary that does not answer for 1 s is down; a failover may restart after
 # twice the failover timeout, so this bounds how often one can follow another.
 DOWN_AFTER_MS = 1000
-FAILOVER_TIMEOUT_MS = 3000
+FAILOVER_TIMEOUT_MS = 2000
 # Cluster: a master silent for this long is failed over by its replica.
 NODE_TIMEOUT_MS = 1000
 

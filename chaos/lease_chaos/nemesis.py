@@ -1,0 +1,283 @@
+"""Faults, injected at random and bounded in count and time, and the observer that records
+who is primary and which server exited.
+
+Faults on servers run one at a time, each after the topology has settled (one agreed
+primary per shard, every replica online), so a kill is never followed by a restart that
+would bring back data the failover superseded. Worker pauses run beside them.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+
+import redis
+
+from .topology import MASTER_NAME, Node, Topology, wait_until
+
+# How long a primary stays stopped, at most, when no failover follows.
+FAILOVER_WAIT_S = 10.0
+SETTLE_WAIT_S = 30.0
+
+
+@dataclass
+class Log:
+    """Events of one thread; the run merges them."""
+
+    events: list = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, event: dict) -> dict:
+        with self.lock:
+            self.events.append(event)
+        return event
+
+
+class Observer(threading.Thread):
+    """Every 200 ms: the primary of each shard by the highest configuration epoch, and
+    any server process that exited."""
+
+    def __init__(self, topology: Topology, log: Log):
+        super().__init__(daemon=True)
+        self.topology = topology
+        self.log = log
+        self.current: dict[str, str] = {}
+        self.exited: set[int] = set()
+        self.stopping = threading.Event()
+
+    def primary(self, shard: str) -> str | None:
+        return self.current.get(shard)
+
+    def poll(self) -> None:
+        now = time.time()
+        for shard, (addr, epoch) in self.topology.primaries().items():
+            if self.current.get(shard) != addr:
+                self.current[shard] = addr
+                self.log.add(
+                    {"type": "primary", "proc": "observer", "t": now, "shard": shard,
+                     "node": addr, "epoch": epoch}
+                )
+        for node in self.topology.all_processes():
+            if node.proc is None or node.proc.pid in self.exited:
+                continue
+            status = node.proc.poll()
+            if status is not None:
+                self.exited.add(node.proc.pid)
+                self.log.add(
+                    {"type": "server_exit", "proc": "observer", "t": time.time(),
+                     "node": node.addr, "pid": node.proc.pid, "status": status}
+                )
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.poll()
+            time.sleep(0.2)
+
+
+class Pauser(threading.Thread):
+    """SIGSTOP/SIGCONT of workers: pauses longer than the shorter ttls, as a GC pause or
+    a swapped-out process would be. At most a quarter of the workers at once."""
+
+    def __init__(self, workers: dict[str, object], log: Log, rng: random.Random, until: float):
+        super().__init__(daemon=True)
+        self.workers = workers  # name -> Popen
+        self.log = log
+        self.rng = rng
+        self.until = until
+        self.paused: dict[str, float] = {}
+        self.faults: dict[str, dict] = {}
+        self.lock = threading.Lock()
+
+    def resume(self, name: str) -> None:
+        with self.lock:
+            if name not in self.paused:
+                return
+            del self.paused[name]
+            fault = self.faults.pop(name)
+            proc = self.workers[name]
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+            fault["t1"] = time.time()
+            self.log.add(fault)
+
+    def resume_all(self) -> None:
+        for name in list(self.paused):
+            self.resume(name)
+
+    def run(self) -> None:
+        while time.time() < self.until:
+            time.sleep(self.rng.uniform(0.3, 0.9))
+            now = time.time()
+            for name, resume_at in list(self.paused.items()):
+                if now >= resume_at:
+                    self.resume(name)
+            if len(self.paused) >= max(1, len(self.workers) // 4):
+                continue
+            name = self.rng.choice([n for n in self.workers if n not in self.paused])
+            proc = self.workers[name]
+            if proc.poll() is not None:
+                continue
+            length = self.rng.uniform(1.6, 4.5)
+            with self.lock:
+                proc.send_signal(signal.SIGSTOP)
+                self.paused[name] = time.time() + length
+                self.faults[name] = {
+                    "type": "fault", "proc": "nemesis", "kind": "pause_worker", "target": name,
+                    "t0": time.time(), "detail": {"seconds": round(length, 3)},
+                }
+        self.resume_all()
+
+
+class Nemesis(threading.Thread):
+    """Server faults, one at a time."""
+
+    WEIGHTS = {
+        "pause_primary": 4,
+        "kill_primary": 2,
+        "manual_failover": 2,
+        "client_pause": 1,
+        "debug_sleep": 1,
+        "kill_sentinel": 1,
+        "clock_step": 1,
+    }
+
+    def __init__(self, topology: Topology, observer: Observer, log: Log, rng: random.Random,
+                 until: float):
+        super().__init__(daemon=True)
+        self.topology = topology
+        self.observer = observer
+        self.log = log
+        self.rng = rng
+        self.until = until
+        self.error: BaseException | None = None
+
+    def fault(self, kind: str, target: str, t0: float, **detail) -> dict:
+        return self.log.add(
+            {"type": "fault", "proc": "nemesis", "kind": kind, "target": target, "t0": t0,
+             "t1": time.time(), "detail": detail}
+        )
+
+    def primary_node(self, shard: str) -> Node | None:
+        addr = self.observer.primary(shard)
+        return self.topology.node_by_addr(addr) if addr else None
+
+    def wait_failover(self, shard: str, old: str) -> bool:
+        try:
+            wait_until(
+                lambda: (self.observer.primary(shard) or old) != old, FAILOVER_WAIT_S,
+                "a failover", 0.05,
+            )
+            return True
+        except TimeoutError:
+            return False
+
+    def settle(self) -> None:
+        wait_until(self.topology.settled, SETTLE_WAIT_S, "the topology to settle", 0.2)
+
+    # --- the faults ---------------------------------------------------------
+    def pause_primary(self, shard: str, node: Node) -> None:
+        """SIGSTOP until another node is primary, then SIGCONT: the old primary comes
+        back believing it still is one, until Sentinel or the cluster demotes it."""
+        t0 = time.time()
+        node.signal(signal.SIGSTOP)
+        failed_over = self.wait_failover(shard, node.addr)
+        node.signal(signal.SIGCONT)
+        self.fault("pause_primary", node.addr, t0, shard=shard, failed_over=failed_over)
+
+    def kill_primary(self, shard: str, node: Node) -> None:
+        """kill -9, then a restart from its own files once another node is primary."""
+        t0 = time.time()
+        pid = node.kill()
+        failed_over = self.wait_failover(shard, node.addr)
+        node.start()
+        self.fault("kill_primary", node.addr, t0, shard=shard, pid=pid, failed_over=failed_over)
+
+    def manual_failover(self, shard: str, node: Node) -> None:
+        t0 = time.time()
+        if self.topology.kind == "sentinel":
+            sentinel = self.rng.choice([s for s in self.topology.sentinels if s.alive()])
+            with sentinel.client(2.0) as conn:
+                conn.execute_command("SENTINEL", "FAILOVER", MASTER_NAME)
+        else:
+            replica = self.topology.replicas_of(shard, node.addr)[0]
+            with replica.client(2.0) as conn:
+                conn.execute_command("CLUSTER", "FAILOVER")
+        failed_over = self.wait_failover(shard, node.addr)
+        self.fault("manual_failover", node.addr, t0, shard=shard, failed_over=failed_over)
+
+    def client_pause(self, shard: str, node: Node) -> None:
+        ms = self.rng.randint(500, 2000)
+        t0 = time.time()
+        with node.client(2.0) as conn:
+            conn.execute_command("CLIENT", "PAUSE", ms, "WRITE")
+        time.sleep(ms / 1000)
+        self.fault("client_pause", node.addr, t0, shard=shard, ms=ms)
+
+    def debug_sleep(self, shard: str, node: Node) -> None:
+        """A stall shorter than the failure detector's timeout."""
+        seconds = round(self.rng.uniform(0.2, 0.8), 3)
+        t0 = time.time()
+        with node.client(seconds + 3) as conn:
+            conn.execute_command("DEBUG", "SLEEP", seconds)
+        self.fault("debug_sleep", node.addr, t0, shard=shard, seconds=seconds)
+
+    def kill_sentinel(self, shard: str, node: Node) -> None:
+        sentinel = self.rng.choice(self.topology.sentinels)
+        t0 = time.time()
+        pid = sentinel.kill()
+        time.sleep(self.rng.uniform(1.0, 3.0))
+        sentinel.start()
+        self.fault("kill_sentinel", sentinel.addr, t0, pid=pid)
+
+    def clock_step(self, shard: str, node: Node) -> None:
+        clock_node = self.topology.clock_node()
+        offset = round(self.rng.choice((1, -1)) * self.rng.uniform(1.0, 3.0), 3)
+        t0 = time.time()
+        clock_node.set_clock(offset)
+        time.sleep(self.rng.uniform(2.0, 5.0))
+        clock_node.set_clock(0)
+        # The library reads the file again within 100 ms.
+        time.sleep(0.2)
+        shard_of = self.shard_of(clock_node)
+        self.fault("clock_step", clock_node.addr, t0, offset_s=offset, shard=shard_of)
+
+    def shard_of(self, node: Node) -> str:
+        shards = self.topology.shards()
+        if len(shards) == 1:
+            return shards[0]
+        return shards[self.topology.nodes.index(node) % len(shards)]
+
+    # --- the loop -----------------------------------------------------------
+    def choose(self) -> str:
+        kinds = dict(self.WEIGHTS)
+        if self.topology.kind != "sentinel":
+            kinds.pop("kill_sentinel")
+        if self.topology.clock_node() is None:
+            kinds.pop("clock_step")
+        names = list(kinds)
+        return self.rng.choices(names, weights=[kinds[n] for n in names])[0]
+
+    def run(self) -> None:
+        try:
+            while time.time() < self.until:
+                time.sleep(self.rng.uniform(0.5, 1.5))
+                if time.time() >= self.until:
+                    break
+                self.settle()
+                shard = self.rng.choice(self.topology.shards())
+                node = self.primary_node(shard)
+                if node is None or not node.alive():
+                    continue
+                kind = self.choose()
+                try:
+                    getattr(self, kind)(shard, node)
+                except redis.RedisError as err:
+                    # The fault's own command failed (the node changed role meanwhile):
+                    # logged as not injected.
+                    self.log.add({"type": "fault_skipped", "proc": "nemesis", "kind": kind,
+                                  "t": time.time(), "error": str(err)})
+        except BaseException as err:  # surfaced by the run, which fails
+            self.error = err

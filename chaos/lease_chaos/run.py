@@ -1,0 +1,241 @@
+"""scripts/chaos: stands up each configuration (server × topology), runs the workers under
+random faults, reads the resources' final state, and checks the history.
+
+`--minutes` is the whole run's time under faults, divided evenly among the
+configurations; the set-up, the final read and the check come on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from redis.cluster import key_slot
+
+from . import checker, report
+from .nemesis import Log, Nemesis, Observer, Pauser
+from .topology import SERVERS, ClusterTopology, SentinelTopology, Topology, server_binary
+
+TOPOLOGIES = {"sentinel": SentinelTopology, "cluster": ClusterTopology}
+
+
+def tags_for(topology: Topology) -> list[str]:
+    """The hash tags of the contended leases: four on one primary, or two per shard."""
+    if topology.kind == "sentinel":
+        return ["r0", "r1", "r2", "r3"]
+    starts = [int(s) for s in topology.shards()] + [16384]
+    tags, i = [], 0
+    for lo, hi in zip(starts, starts[1:]):
+        found = []
+        while len(found) < 2:
+            tag = f"r{i}"
+            i += 1
+            if lo <= key_slot(f"lease:{{{tag}}}".encode()) < hi:
+                found.append(tag)
+        tags += found
+    return tags
+
+
+def init_sqlite(path: Path, tags: list[str]) -> None:
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("CREATE TABLE resource (name TEXT PRIMARY KEY, fence INTEGER NOT NULL)")
+        db.execute(
+            "CREATE TABLE writes (id INTEGER PRIMARY KEY, name TEXT, fence INTEGER, value TEXT)"
+        )
+        db.executemany("INSERT INTO resource VALUES (?, 0)", [(t,) for t in tags])
+
+
+def final_state(topology: Topology, observer: Observer, tags: list[str], db_path: Path) -> list:
+    events = []
+    now = time.time()
+    for tag in tags:
+        log_key = f"log:{{{tag}}}"
+        if topology.kind == "sentinel":
+            addr = observer.primary(topology.shards()[0])
+        else:
+            slot = key_slot(log_key.encode())
+            addr = next(a for lo, hi, a in topology.slot_map() if lo <= slot <= hi)
+        with topology.node_by_addr(addr).client(5.0) as conn:
+            entries = conn.lrange(log_key, 0, -1)
+        parsed = []
+        for entry in entries:
+            fence, _, value = entry.partition("|")
+            parsed.append([int(fence), value])
+        events.append(
+            {"type": "resource_log", "proc": "final", "t": now, "kind": "redis",
+             "resource": f"res:{{{tag}}}", "node": addr, "entries": parsed}
+        )
+    with sqlite3.connect(db_path) as db:
+        for tag in tags:
+            rows = db.execute(
+                "SELECT fence, value FROM writes WHERE name = ? ORDER BY id", (tag,)
+            ).fetchall()
+            events.append(
+                {"type": "resource_log", "proc": "final", "t": now, "kind": "sqlite",
+                 "resource": tag, "entries": [list(r) for r in rows]}
+            )
+    return events
+
+
+def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path):
+    name = f"{server}-{kind}"
+    directory = out / name
+    rng = random.Random(args.seed * 1000 + index)
+    topology = TOPOLOGIES[kind](
+        server_binary(server), args.module, args.base_port + index * 100, directory / "servers"
+    )
+    print(f"== {name}: {seconds:.0f} s under faults, {args.workers} workers", flush=True)
+    log = Log()
+    workers: dict[str, subprocess.Popen] = {}
+    observer = None
+    try:
+        topology.start()
+        directory.mkdir(parents=True, exist_ok=True)
+        tags = tags_for(topology)
+        db_path = directory / "resources.sqlite"
+        db_path.unlink(missing_ok=True)
+        init_sqlite(db_path, tags)
+        observer = Observer(topology, log)
+        observer.poll()
+        observer.start()
+        if kind == "sentinel":
+            seeds = topology.sentinel_addrs()
+        else:
+            seeds = [("127.0.0.1", n.port) for n in topology.nodes]
+        start = time.time()
+        until = start + seconds
+        for i in range(args.workers):
+            history = directory / f"w{i}.jsonl"
+            history.unlink(missing_ok=True)
+            config = {
+                "id": i, "topology": kind, "seeds": seeds, "tags": tags,
+                "sqlite": str(db_path), "history": str(history), "until": until,
+                "seed": rng.getrandbits(32), "replicas": topology.replicas_per_primary,
+                "careful": i % 2 == 0,
+            }
+            workers[f"w{i}"] = subprocess.Popen(
+                [sys.executable, "-m", "lease_chaos.worker", json.dumps(config)],
+                cwd=Path(__file__).resolve().parent.parent,
+            )
+        pauser = Pauser(workers, log, random.Random(rng.getrandbits(32)), until)
+        nemesis = Nemesis(topology, observer, log, random.Random(rng.getrandbits(32)), until)
+        pauser.start()
+        nemesis.start()
+        nemesis.join()
+        pauser.join()
+        pauser.resume_all()
+        for name_, proc in workers.items():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                print(f"{name}: worker {name_} did not stop by itself", flush=True)
+        end = time.time()
+        if nemesis.error is not None:
+            raise RuntimeError(f"the nemesis failed: {nemesis.error!r}") from nemesis.error
+        # Heal: every server up, the cluster or Sentinel settled, then read the final state.
+        clock = topology.clock_node()
+        if clock is not None:
+            clock.set_clock(0)
+        for node in topology.all_processes():
+            if not node.alive():
+                node.start()
+        nemesis.settle()
+        time.sleep(0.5)
+        observer.poll()
+        final = final_state(topology, observer, tags, db_path)
+    finally:
+        if observer is not None:
+            observer.stopping.set()
+            observer.join()
+        for proc in workers.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        crashes = topology.crash_lines()
+        topology.stop()
+    events = [
+        {"type": "run", "proc": "run", "server": server, "topology": kind, "t0": start,
+         "t1": end, "workers": args.workers, "replicas": topology.replicas_per_primary,
+         "seed": args.seed, "tags": tags}
+    ]
+    for i in range(args.workers):
+        path = directory / f"w{i}.jsonl"
+        if path.exists():
+            events += [json.loads(line) for line in path.read_text().splitlines() if line]
+    events += log.events + final
+    events += [
+        {"type": "crash_log", "proc": "observer", "t": end, "node": node, "line": line}
+        for node, line in crashes
+    ]
+    events.sort(key=lambda e: e.get("t0", e.get("t", 0)))
+    history = directory / "history.jsonl"
+    with history.open("w") as f:
+        for event in events:
+            f.write(json.dumps(event, separators=(",", ":")) + "\n")
+    result = checker.check(events)
+    print(report.summary_table([(f"{server} {kind}", result)]), flush=True)
+    for violation in result.violations[:20]:
+        print(f"VIOLATION ({violation.rule}): {violation.message}", flush=True)
+    print(f"history: {history}", flush=True)
+    return f"{server} {kind}", result, events
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__)
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--minutes", type=float, help="time under faults, all configurations")
+    length.add_argument("--seconds", type=float, help="the same in seconds")
+    parser.add_argument("--servers", default=",".join(SERVERS))
+    parser.add_argument("--topologies", default="sentinel,cluster")
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--module", required=True)
+    parser.add_argument("--out", type=Path, default=Path("target/chaos"))
+    parser.add_argument("--base-port", type=int, default=31000)
+    parser.add_argument("--chart", type=Path, help="also write the timeline SVG here")
+    parser.add_argument("--summary", type=Path, help="also write the summary table here")
+    args = parser.parse_args(argv)
+    total = args.seconds if args.seconds is not None else (args.minutes or 1) * 60
+    servers = [s for s in args.servers.split(",") if s]
+    kinds = [k for k in args.topologies.split(",") if k]
+    for server in servers:
+        if server not in SERVERS:
+            parser.error(f"unknown server {server} (known: {', '.join(SERVERS)})")
+    for kind in kinds:
+        if kind not in TOPOLOGIES:
+            parser.error(f"unknown topology {kind} (known: {', '.join(TOPOLOGIES)})")
+    configs = [(s, k) for s in servers for k in kinds]
+    each = total / len(configs)
+    out = args.out / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"scripts/chaos: seed {args.seed}, output in {out}", flush=True)
+    results, histories = [], []
+    for index, (server, kind) in enumerate(configs):
+        name, result, events = run_one(server, kind, each, args, index, out)
+        results.append((name, result))
+        histories.append((name, events))
+    table = report.summary_table(results)
+    print("\n" + table, flush=True)
+    (out / "summary.md").write_text(table + "\n")
+    report.timeline_svg(histories, out / "timeline.svg")
+    if args.chart:
+        report.timeline_svg(histories, args.chart)
+    if args.summary:
+        args.summary.write_text(table + "\n")
+    violations = sum(len(r.violations) for _, r in results)
+    print(f"violations: {violations}", flush=True)
+    return 1 if violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
