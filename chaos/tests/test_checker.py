@@ -814,21 +814,31 @@ def test_doctors_break_a_simulated_history(name, seed):
     assert rule in checker.check(doctored).rules()
 
 
+def assert_clean_and_each_doctoring_caught(name, events):
+    res = checker.check(events)
+    assert res.violations == [], checker.format_result(name, res)
+    for doctoring, (doctor, rule) in DOCTORS.items():
+        try:
+            doctored = doctor(events)
+        except LookupError as missing:
+            pytest.fail(f"{name}, {doctoring}: {missing}")
+        assert rule in checker.check(doctored).rules(), f"{name}, {doctoring}"
+
+
+def test_a_history_loaded_from_gzip_is_checked_and_doctored(tmp_path):
+    path = tmp_path / "history.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(e) + "\n" for e in simulate(seed=5))
+    assert_clean_and_each_doctoring_caught(path.name, checker.load(path))
+
+
 RECORDED = sorted(HISTORIES.glob("*.jsonl.gz"))
 
 
 @pytest.mark.skipif(not RECORDED, reason="no recorded history in tests/histories")
 @pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.name)
 def test_recorded_history_is_clean_and_each_doctoring_is_caught(path):
-    events = checker.load(path)
-    res = checker.check(events)
-    assert res.violations == [], checker.format_result(path.name, res)
-    for name, (doctor, rule) in DOCTORS.items():
-        try:
-            doctored = doctor(events)
-        except LookupError as missing:
-            pytest.fail(f"{name}: {missing}")
-        assert rule in checker.check(doctored).rules(), name
+    assert_clean_and_each_doctoring_caught(path.name, checker.load(path))
 
 
 def test_a_large_history_checks_in_seconds():
