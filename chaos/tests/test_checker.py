@@ -1,0 +1,884 @@
+"""The checker proves (a) to (e) of HISTORY.md: a clean history passes with the expected
+counts, and each doctored one fails with the rule it breaks named.
+
+Histories are written in code, times in seconds since the run started. The `doctor_*`
+functions break any history (a synthetic run here, a recorded one in histories/) the
+same generic way, so a recorded run can be checked clean and then doctored.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import random
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from lease_chaos import checker, report
+
+T0 = 1_700_000_000.0
+P1, P2 = "127.0.0.1:7001", "127.0.0.1:7002"
+SHARD = "mymaster"
+HISTORIES = Path(__file__).parent / "histories"
+
+
+# --- events ---------------------------------------------------------------------------
+
+
+def run(t1=60.0, **fields):
+    return {
+        "type": "run",
+        "proc": "observer",
+        "server": "redis-7.0",
+        "topology": "sentinel",
+        "t0": T0,
+        "t1": T0 + t1,
+        "workers": 6,
+        "replicas": 2,
+        "seed": 1,
+        **fields,
+    }
+
+
+def op(type_, worker, key, t0, t1=None, *, node=P1, shard=SHARD, **fields):
+    return {
+        "type": type_,
+        "proc": worker,
+        "t0": T0 + t0,
+        "t1": T0 + (t0 + 0.01 if t1 is None else t1),
+        "node": node,
+        "shard": shard,
+        "key": key,
+        **fields,
+    }
+
+
+def acquire(
+    worker, key, token, fence, t0, t1=None, *, ttl=5000, acked=2, need=2, result="ok", **fields
+):
+    fields.setdefault("session", None)
+    return op(
+        "acquire",
+        worker,
+        key,
+        t0,
+        t1,
+        token=token,
+        ttl=ttl,
+        mode="x",
+        block=None,
+        result=result,
+        fence=fence if result == "ok" else None,
+        acked=acked,
+        need=need,
+        **fields,
+    )
+
+
+def renew(worker, key, token, t0, t1=None, *, result=1, ttl=5000, acked=2, need=2, **fields):
+    return op(
+        "renew",
+        worker,
+        key,
+        t0,
+        t1,
+        token=token,
+        ttl=ttl,
+        result=result,
+        acked=acked,
+        need=need,
+        **fields,
+    )
+
+
+def release(worker, key, token, t0, t1=None, *, result=1, **fields):
+    return op("release", worker, key, t0, t1, token=token, result=result, **fields)
+
+
+def write(worker, key, token, fence, value, t0, t1=None, *, kind, resource, result="ok", **fields):
+    fields.setdefault("register", False)
+    return op(
+        "write",
+        worker,
+        key,
+        t0,
+        t1,
+        token=token,
+        fence=fence,
+        value=value,
+        kind=kind,
+        resource=resource,
+        result=result,
+        **fields,
+    )
+
+
+def abandon(worker, key, token, t0, reason="deadline passed", **fields):
+    return op("abandon", worker, key, t0, token=token, reason=reason, **fields)
+
+
+def primary(t, node, shard=SHARD):
+    return {"type": "primary", "proc": "observer", "t": T0 + t, "shard": shard, "node": node}
+
+
+def fault(kind, target, t0, t1, **detail):
+    return {
+        "type": "fault",
+        "proc": "nemesis",
+        "kind": kind,
+        "target": target,
+        "t0": T0 + t0,
+        "t1": T0 + t1,
+        "detail": detail,
+    }
+
+
+def server_exit(t, node, pid, status=-9):
+    return {
+        "type": "server_exit",
+        "proc": "observer",
+        "t": T0 + t,
+        "node": node,
+        "pid": pid,
+        "status": status,
+    }
+
+
+def crash_log(t, node, line):
+    return {"type": "crash_log", "proc": "observer", "t": T0 + t, "node": node, "line": line}
+
+
+def resource_log(kind, resource, entries):
+    return {
+        "type": "resource_log",
+        "proc": "final",
+        "kind": kind,
+        "resource": resource,
+        "entries": [list(e) for e in entries],
+    }
+
+
+def by_time(events):
+    return sorted(events, key=checker.start)
+
+
+def find(events, **fields):
+    """The one event with all these fields (times relative to the run's start)."""
+    found = [e for e in events if all(e.get(k) == v for k, v in fields.items())]
+    assert len(found) == 1, (fields, found)
+    return found[0]
+
+
+def rules(res):
+    return sorted(res.rules())
+
+
+# --- a clean history ------------------------------------------------------------------
+
+
+def clean_history():
+    """Two workers take turns on k1 across a failover; three are paused past their lease
+    on k2, k3 and k4 (rejected, abandoned, late but unopposed); a primary is killed."""
+    return by_time(
+        [
+            run(t1=12.0),
+            primary(0.0, P1),
+            acquire("w1", "k1", "a1", 10, 1.0),
+            write("w1", "k1", "a1", 10, None, 1.02, kind="sqlite", resource="s1", register=True),
+            write("w1", "k1", "a1", 10, "w1:1", 1.05, kind="redis", resource="r1"),
+            acquire("w2", "k1", "b0", None, 1.2, result="nil"),
+            renew("w1", "k1", "a1", 1.5),
+            write("w1", "k1", "a1", 10, "w1:2", 1.6, kind="sqlite", resource="s1"),
+            release("w1", "k1", "a1", 2.0),
+            acquire("w2", "k1", "b1", 11, 2.5),
+            write("w2", "k1", "b1", 11, "w2:1", 2.6, kind="redis", resource="r1"),
+            fault("manual_failover", SHARD, 2.9, 3.1),
+            primary(3.0, P2),
+            renew("w2", "k1", "b1", 4.5, node=P2),
+            write("w2", "k1", "b1", 11, "w2:2", 4.6, kind="sqlite", resource="s1", node=P2),
+            release("w2", "k1", "b1", 4.8, node=P2),
+            # w3 is paused past its lease, w4 takes k2 over, w3's late write is rejected.
+            acquire("w3", "k2", "c1", 20, 5.0, ttl=1000, node=P2),
+            write("w3", "k2", "c1", 20, "w3:1", 5.1, kind="redis", resource="r2", node=P2),
+            fault("pause_worker", "w3", 5.2, 8.0),
+            acquire("w4", "k2", "d1", 21, 6.5, node=P2),
+            write("w4", "k2", "d1", 21, "w4:1", 6.6, kind="redis", resource="r2", node=P2),
+            release("w4", "k2", "d1", 6.7, node=P2),
+            write(
+                "w3",
+                "k2",
+                "c1",
+                20,
+                "w3:2",
+                8.1,
+                kind="redis",
+                resource="r2",
+                node=P2,
+                result="stale",
+            ),
+            abandon("w3", "k2", "c1", 8.2),
+            # w5 is paused past its lease and abandons it without writing.
+            acquire("w5", "k3", "e1", 30, 5.0, ttl=1000, node=P2),
+            fault("pause_worker", "w5", 5.2, 8.0),
+            abandon("w5", "k3", "e1", 8.1),
+            # w6 (an unconfirmed grant) writes late, but nobody took k4 meanwhile.
+            acquire("w6", "k4", "f1", 40, 5.0, ttl=1000, node=P2, acked=1),
+            fault("pause_worker", "6", 5.2, 8.0),
+            write("w6", "k4", "f1", 40, "w6:1", 8.1, kind="sqlite", resource="s4", node=P2),
+            fault("kill_primary", P1, 9.0, 9.5, pid=4242),
+            server_exit(9.01, P1, 4242),
+            fault("clock_step", P2, 10.0, 11.0, offset_s=5),
+            resource_log("redis", "r1", [(10, "w1:1"), (11, "w2:1")]),
+            resource_log("sqlite", "s1", [(10, "w1:2"), (11, "w2:2")]),
+            resource_log("redis", "r2", [(20, "w3:1"), (21, "w4:1")]),
+            resource_log("sqlite", "s4", [(40, "w6:1")]),
+        ]
+    )
+
+
+CLEAN_COUNTS = {
+    "grants": 6,
+    "confirmed_grants": 5,
+    "acquires_nil": 1,
+    "renewals": 2,
+    "fenced_writes_accepted": 7,
+    "fenced_writes_accepted_redis": 4,
+    "fenced_writes_accepted_sqlite": 3,
+    "registers_accepted": 1,
+    "stale_writes_rejected": 1,
+    "writes_indeterminate": 0,
+    "redis_writes_lost": 0,
+    "failovers": 1,
+    "faults_pause_worker": 3,
+    "faults_manual_failover": 1,
+    "faults_kill_primary": 1,
+    "faults_clock_step": 1,
+    "faults_client_pause": 0,
+    "workers_paused_past_lease": 3,
+    "paused_abandoned": 1,
+    "paused_rejected": 1,
+    "paused_late_unopposed": 1,
+    "confirmed_renewed_on_new_primary": 1,
+    "renews_on_new_primary": 1,
+    "c_checked": 2,
+    "c_exempt_clock": 0,
+    "server_exits_injected": 1,
+    "violations": 0,
+}
+
+
+def test_clean_history_passes_with_its_counts():
+    res = checker.check(clean_history())
+    assert res.violations == []
+    assert {k: res.counts[k] for k in CLEAN_COUNTS} == CLEAN_COUNTS
+    assert res.run["server"] == "redis-7.0"
+
+
+def test_load_reads_jsonl_and_gzip(tmp_path):
+    events = clean_history()
+    text = "".join(json.dumps(e) + "\n" for e in events)
+    (tmp_path / "history.jsonl").write_text(text + "\n")
+    with gzip.open(tmp_path / "history.jsonl.gz", "wt") as f:
+        f.write(text)
+    assert checker.load(tmp_path / "history.jsonl") == events
+    assert checker.load(str(tmp_path / "history.jsonl.gz")) == events
+
+
+def test_main_exits_1_on_a_violation(tmp_path, capsys):
+    clean, bad = tmp_path / "clean.jsonl", tmp_path / "bad.jsonl"
+    clean.write_text("".join(json.dumps(e) + "\n" for e in clean_history()))
+    doctored = clean_history() + [crash_log(11.5, P2, "=== REDIS BUG REPORT START ===")]
+    bad.write_text("".join(json.dumps(e) + "\n" for e in doctored))
+    assert checker.main([str(clean)]) == 0
+    assert checker.main([str(clean), str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "violations of (d) no crash: 1" in out
+    assert "REDIS BUG REPORT" in out
+
+
+# --- (a) no stale write ---------------------------------------------------------------
+
+
+def replace_log(events, resource, entries):
+    log = find(events, type="resource_log", resource=resource)
+    log["entries"] = [list(e) for e in entries]
+    return events
+
+
+def test_a_stale_write_accepted_in_a_redis_log():
+    events = clean_history()
+    find(events, value="w3:2")["result"] = "ok"
+    replace_log(events, "r2", [(20, "w3:1"), (21, "w4:1"), (20, "w3:2")])
+    res = checker.check(events)
+    assert "a" in res.rules()
+    [stale] = [v for v in res.violations if v.rule == "a"]
+    assert "'w3:2' fence 20 accepted after 'w4:1' fence 21" in stale.message
+    assert find(events, value="w3:2") in stale.events
+
+
+def test_a_stale_write_accepted_in_a_sqlite_log():
+    events = clean_history()
+    replace_log(events, "s1", [(11, "w2:2"), (10, "w1:2")])
+    res = checker.check(events)
+    assert rules(res) == ["a"]
+    assert "sqlite s1: entry 1 'w1:2' fence 10 accepted after 'w2:2' fence 11" in str(
+        res.violations[0]
+    )
+
+
+def test_a_fences_may_repeat_in_a_log():
+    events = clean_history()
+    events.append(write("w2", "k1", "b1", 11, "w2:3", 4.7, kind="redis", resource="r1"))
+    replace_log(events, "r1", [(10, "w1:1"), (11, "w2:1"), (11, "w2:3")])
+    assert checker.check(events).ok
+
+
+@pytest.mark.parametrize(
+    "entry, why",
+    [
+        ((11, "w9:9"), "no write of the history"),
+        ((20, "w3:2"), "answered stale"),  # a rejected write, in the log all the same
+        ((12, "w2:1"), "fence 11 answered ok"),  # the value of another fence
+        ((11, "w2:2"), "write to sqlite s1"),  # another resource's write
+    ],
+)
+def test_a_phantom_entry(entry, why):
+    events = replace_log(clean_history(), "r1", [(10, "w1:1"), (11, "w2:1"), entry])
+    res = checker.check(events)
+    assert "a" in res.rules()
+    phantoms = [v for v in res.violations if "phantom" in v.message]
+    assert len(phantoms) == 1 and why in phantoms[0].message
+
+
+def test_a_indeterminate_write_may_be_in_the_log():
+    events = clean_history()
+    find(events, value="w2:1")["result"] = "error"
+    assert checker.check(events).ok
+
+
+def test_a_sqlite_ok_write_missing_from_its_log():
+    events = replace_log(clean_history(), "s1", [(10, "w1:2")])
+    res = checker.check(events)
+    assert rules(res) == ["a"]
+    assert "'w2:2' fence 11 answered ok at 4.610s is not in the log" in res.violations[0].message
+
+
+def test_a_redis_ok_write_lost_in_a_failover_is_allowed():
+    events = replace_log(clean_history(), "r1", [(11, "w2:1")])
+    res = checker.check(events)
+    assert res.ok
+    assert res.counts["redis_writes_lost"] == 1
+
+
+# --- (b) fences increase --------------------------------------------------------------
+
+
+def test_b_fence_going_down_after_a_confirmed_grant():
+    events = clean_history()
+    find(events, type="acquire", token="d1")["fence"] = 19
+    res = checker.check(events)
+    assert rules(res) == ["b"]
+    assert res.violations[0].message == (
+        "k2: w4 granted token d1 fence 19 at 6.500s after w3's confirmed grant of token c1 "
+        "fence 20 completed at 5.010s"
+    )
+
+
+def test_b_equal_fence_of_another_token_is_a_violation():
+    events = clean_history()
+    find(events, type="acquire", token="b1")["fence"] = 10
+    assert rules(checker.check(events)) == ["b"]
+
+
+def test_b_after_an_unconfirmed_grant_passes():
+    events = clean_history()
+    find(events, type="acquire", token="d1")["fence"] = 19
+    find(events, type="acquire", token="c1")["acked"] = 1
+    assert checker.check(events).ok
+
+
+def test_b_overlapping_grants_are_not_compared():
+    # B was invoked before A completed: A's grant may not have happened yet when B's did.
+    events = clean_history()
+    acq = find(events, type="acquire", token="d1")
+    acq["fence"], acq["t0"] = 19, T0 + 5.005
+    assert checker.check(events).ok
+
+
+def test_b_same_token_retry_repeats_its_fence():
+    events = clean_history()
+    events.append(acquire("w1", "k1", "a1", 10, 1.3))
+    res = checker.check(by_time(events))
+    assert res.ok
+    assert res.counts["grants"] == CLEAN_COUNTS["grants"] + 1
+
+
+def test_b_compares_with_the_best_fence_of_another_token():
+    # Two confirmed tokens: a retry of the best one does not hide the other from B.
+    events = by_time(
+        [
+            primary(0.0, P1),
+            acquire("w1", "k", "x", 5, 1.0),
+            acquire("w2", "k", "y", 9, 2.0),
+            acquire("w2", "k", "y", 9, 3.0),
+            acquire("w2", "k", "y", 9, 4.0),
+            acquire("w1", "k", "x", 5, 4.0),  # x again: compared with y, fails
+        ]
+    )
+    res = checker.check(events)
+    assert rules(res) == ["b"]
+    assert "token x fence 5" in res.violations[0].message
+    assert "token y fence 9" in res.violations[0].message
+
+
+# --- (c) confirmed grants survive -----------------------------------------------------
+
+
+def lost_after_failover(**changes):
+    """w2's grant of k1 was confirmed until 7.5s; the new primary answers its renew 0, and
+    w2 does not release it."""
+    events = clean_history()
+    events.remove(find(events, type="release", token="b1"))
+    r = find(events, type="renew", token="b1")
+    r.update(result=0, **changes)
+    return events
+
+
+def test_c_confirmed_grant_lost_after_a_failover():
+    res = checker.check(lost_after_failover())
+    assert rules(res) == ["c"]
+    assert res.violations[0].message == (
+        "k1: w2's token b1 was confirmed until 7.500s by its acquire at 2.500s, but "
+        f"{P2}, primary of {SHARD} throughout, answered its renew 0 at 4.500s..4.510s"
+    )
+    assert res.counts["c_checked"] == 2
+
+
+def test_c_renew_answered_by_a_stale_old_primary_passes():
+    assert checker.check(lost_after_failover(node=P1)).ok
+
+
+def test_c_renew_too_close_to_a_failover_passes():
+    events = lost_after_failover(t0=T0 + 3.5, t1=T0 + 3.51)
+    res = checker.check(events)
+    assert res.ok
+    assert res.counts["c_checked"] == 1
+
+
+def test_c_renew_after_a_release_passes():
+    events = lost_after_failover()
+    events.append(release("w2", "k1", "b1", 4.0, node=P2, result="error"))
+    res = checker.check(by_time(events))
+    assert res.ok
+
+
+def test_c_renew_after_the_deadline_passes():
+    assert checker.check(lost_after_failover(t0=T0 + 7.45, t1=T0 + 7.55)).ok
+
+
+def test_c_confirmed_renew_extends_the_deadline():
+    events = lost_after_failover(t0=T0 + 8.0, t1=T0 + 8.01)
+    events.append(renew("w2", "k1", "b1", 4.2, node=P2))  # confirmed until 9.2s
+    assert rules(checker.check(by_time(events))) == ["c"]
+    events[-1]["acked"] = 1
+    assert checker.check(by_time(events)).ok
+
+
+def test_c_renew_under_a_positive_clock_step_passes():
+    events = lost_after_failover()
+    events.append(fault("clock_step", P2, 4.0, 4.505, offset_s=30))
+    res = checker.check(by_time(events))
+    assert res.ok
+    assert res.counts["c_exempt_clock"] == 1
+
+
+@pytest.mark.parametrize(
+    "target, offset, window",
+    [(P2, -30, (4.0, 5.0)), (P1, 30, (4.0, 5.0)), (P2, 30, (4.6, 5.0))],
+    ids=["backwards", "other-node", "not-overlapping"],
+)
+def test_c_other_clock_steps_do_not_exempt(target, offset, window):
+    events = lost_after_failover()
+    events.append(fault("clock_step", target, *window, offset_s=offset))
+    assert rules(checker.check(by_time(events))) == ["c"]
+
+
+def test_c_unconfirmed_grant_lost_passes():
+    events = lost_after_failover()
+    find(events, type="acquire", token="b1")["acked"] = None
+    assert checker.check(events).ok
+
+
+def test_c_session_bound_hold_is_not_judged():
+    events = lost_after_failover()
+    find(events, type="acquire", token="b1")["session"] = "{w2}session"
+    assert checker.check(events).ok
+
+
+# --- (d) no crash ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "exit_",
+    [server_exit(9.2, P1, 4343), server_exit(9.2, P2, 4242), server_exit(8.9, P1, 4242)],
+    ids=["other-pid", "other-node", "before-the-kill"],
+)
+def test_d_server_exit_without_a_matching_kill(exit_):
+    events = clean_history()
+    events.remove(find(events, type="server_exit"))
+    res = checker.check(by_time([*events, exit_]))
+    assert rules(res) == ["d"]
+    assert "no kill_primary fault killed it" in res.violations[0].message
+
+
+def test_d_crash_log():
+    res = checker.check(clean_history() + [crash_log(11.5, P2, "Guru Meditation: panic")])
+    assert rules(res) == ["d"]
+    assert res.violations[0].message == f"{P2} logged a crash at 11.500s: Guru Meditation: panic"
+
+
+# --- (e) paused holders ---------------------------------------------------------------
+
+
+def test_e_paused_write_accepted_after_a_higher_fence():
+    events = clean_history()
+    find(events, value="w3:2")["result"] = "ok"
+    replace_log(events, "r2", [(20, "w3:1"), (21, "w4:1"), (20, "w3:2")])
+    res = checker.check(events)
+    assert rules(res) == ["a", "e"]
+    [paused] = [v for v in res.violations if v.rule == "e"]
+    assert paused.message == (
+        "w3 paused 5.200s..8.000s past its lease on k2 (token c1, deadline at most 6.010s) "
+        "then wrote 'w3:2' fence 20 at 8.100s, accepted at redis r2 entry 2 after 'w4:1' "
+        "fence 21"
+    )
+    assert res.counts["paused_rejected"] == 0
+
+
+def test_e_pause_within_the_lease_is_not_classified():
+    events = clean_history()
+    for token in ("c1", "e1", "f1"):
+        find(events, type="acquire", token=token)["ttl"] = 5000
+    res = checker.check(events)
+    assert res.ok
+    assert res.counts["workers_paused_past_lease"] == 0
+
+
+def test_e_renew_before_the_pause_moves_the_deadline():
+    events = clean_history()
+    events.append(renew("w5", "k3", "e1", 5.1, node=P2, ttl=5000))
+    res = checker.check(by_time(events))
+    assert res.counts["workers_paused_past_lease"] == 2
+    assert res.counts["paused_abandoned"] == 0
+
+
+def test_e_grant_released_before_the_pause_is_not_held():
+    events = clean_history()
+    events.append(release("w6", "k4", "f1", 5.1, node=P2))
+    res = checker.check(by_time(events))
+    assert res.counts["workers_paused_past_lease"] == 2
+    assert res.counts["paused_late_unopposed"] == 0
+
+
+def test_e_indeterminate_writes_only():
+    events = clean_history()
+    find(events, value="w3:2")["result"] = "error"
+    res = checker.check(events)
+    assert res.ok
+    assert res.counts["paused_indeterminate"] == 1
+    assert res.counts["paused_rejected"] == 0
+
+
+def session_pause(session_ttl=1000):
+    """w7 holds k5 bound to its session {w7}s, and is paused past the session's ttl."""
+    return by_time(
+        [
+            run(t1=12.0),
+            primary(0.0, P1),
+            acquire("w7", "{w7}s", "s7", 50, 1.0, ttl=session_ttl),
+            acquire("w7", "k5", "g1", 51, 1.1, ttl=0, session="{w7}s"),
+            fault("pause_worker", "w7", 1.2, 4.0),
+            write("w7", "k5", "g1", 51, "w7:1", 4.1, kind="redis", resource="r5", result="stale"),
+            abandon("w7", "k5", "g1", 4.2),
+            resource_log("redis", "r5", []),
+        ]
+    )
+
+
+def test_e_session_bound_hold_uses_its_session_deadline():
+    res = checker.check(session_pause())
+    assert res.ok
+    # The session itself and the hold bound to it: both past their lease.
+    assert res.counts["workers_paused_past_lease"] == 2
+    assert res.counts["paused_rejected"] == 1
+    assert res.counts["paused_abandoned"] == 1
+    assert checker.check(session_pause(session_ttl=10_000)).counts["workers_paused_past_lease"] == 0
+
+
+def test_e_session_bound_hold_of_an_unknown_session_is_counted_apart():
+    events = [e for e in session_pause() if e.get("token") != "s7"]
+    res = checker.check(events)
+    assert res.counts["paused_session_unknown"] == 1
+    assert res.counts["workers_paused_past_lease"] == 0
+
+
+# --- doctoring any history ------------------------------------------------------------
+
+
+def _replaced(events, old, new):
+    """A copy of events with one event replaced; the others are shared, not copied, so a
+    recorded history of half a million events is doctored in a moment."""
+    out = list(events)
+    out[next(i for i, e in enumerate(events) if e is old)] = new
+    return out
+
+
+def doctor_stale_write(events, kind="redis"):
+    """A write with the lowest fence of a `kind` log, written again (accepted) at the end of
+    that log, after a higher fence: breaks (a)."""
+    for log in (e for e in events if e.get("type") == "resource_log" and e["kind"] == kind):
+        entries = log["entries"]
+        if not entries or max(f for f, _ in entries) <= entries[0][0]:
+            continue
+        fence, value = entries[0]
+        first = next(e for e in events if e.get("type") == "write" and e.get("value") == value)
+        last = max(checker.end(e) for e in events if e.get("type") == "write")
+        again = {
+            **first,
+            "value": f"{value}:doctored",
+            "t0": last + 0.01,
+            "t1": last + 0.02,
+            "result": "ok",
+        }
+        doctored_log = {**log, "entries": [*entries, [fence, again["value"]]]}
+        return [*_replaced(events, log, doctored_log), again]
+    raise LookupError(f"no {kind} log with two fences")
+
+
+def doctor_fence_down(events):
+    """The first grant after a confirmed grant of another token on its key gets a fence one
+    below it: breaks (b)."""
+    confirmed = {}
+    for e in sorted((e for e in events if e.get("type") == "acquire"), key=checker.start):
+        if e.get("result") != "ok":
+            continue
+        a = confirmed.get(e["key"])
+        if a is not None and a["token"] != e["token"] and a["t1"] < e["t0"]:
+            return _replaced(events, e, {**e, "fence": a["fence"] - 1})
+        if checker.is_confirmed(e):
+            confirmed[e["key"]] = e
+    raise LookupError("no grant after a confirmed grant of another token")
+
+
+def doctor_lost_confirmed_grant(events):
+    """A renew answered 1 by the primary before its token's confirmed deadline is answered 0
+    instead (one by a primary other than the granting node if there is one): breaks (c)."""
+    primaries = checker.Primaries(events)
+    stepped = {e["target"] for e in events if e.get("kind") == "clock_step"}
+    holds = defaultdict(list)
+    for e in sorted(events, key=checker.start):
+        if e.get("type") in ("acquire", "renew", "release"):
+            holds[(e["key"], e["token"])].append(e)
+    found = []
+    for ops in holds.values():
+        if any(e["type"] == "acquire" and e.get("session") is not None for e in ops):
+            continue
+        deadline, granted_by = None, None
+        for e in ops:
+            if e["type"] == "release":
+                deadline = None
+            elif (
+                e["type"] == "renew"
+                and str(e["result"]) == "1"
+                and deadline is not None
+                and e["t1"] < deadline
+                and e["node"] not in stepped
+                and primaries.held_throughout(e["shard"], e["node"], e["t0"] - 1, e["t1"] + 1)
+            ):
+                found.append((e["node"] == granted_by, e))
+            confirmed = e["type"] != "release" and str(e["result"]) in ("ok", "1")
+            if confirmed and checker.is_confirmed(e) and e.get("ttl"):
+                deadline = max(deadline or 0, e["t0"] + e["ttl"] / 1000)
+            if e["type"] == "acquire" and e["result"] == "ok":
+                granted_by = e["node"]
+    if not found:
+        raise LookupError("no renew within a confirmed deadline")
+    _, r = min(found, key=lambda f: f[0])
+    return _replaced(events, r, {**r, "result": 0 if isinstance(r["result"], int) else "0"})
+
+
+DOCTORS = {
+    "stale-redis-write": (doctor_stale_write, "a"),
+    "stale-sqlite-write": (lambda events: doctor_stale_write(events, "sqlite"), "a"),
+    "fence-down": (doctor_fence_down, "b"),
+    "lost-confirmed-grant": (doctor_lost_confirmed_grant, "c"),
+}
+
+
+def simulate(seed=1, rounds=120, workers=5, keys=3):
+    """A consistent history of workers taking turns on a few keys of one Sentinel shard:
+    most grants confirmed, a failover in the middle of a hold, a worker paused past its
+    lease every 40 rounds whose late write is rejected, a primary killed."""
+    rng = random.Random(seed)
+    values = itertools.count()
+    fences = itertools.count(1_000)
+    node, t = P1, 0.5
+    events = [primary(0.0, P1)]
+    logs = defaultdict(list)
+
+    def hold(w, key, t, ttl=2000, acked=2):
+        token, fence = f"{w}-{next(values)}", next(fences)
+        events.append(acquire(w, key, token, fence, t, t + 0.005, ttl=ttl, node=node, acked=acked))
+        return token, fence
+
+    def put(w, key, token, fence, kind, t, result="ok"):
+        value = f"{w}:{next(values)}"
+        events.append(
+            write(
+                w,
+                key,
+                token,
+                fence,
+                value,
+                t,
+                t + 0.005,
+                kind=kind,
+                node=node,
+                resource=f"{kind[0]}-{key}",
+                result=result,
+            )
+        )
+        if result == "ok":
+            logs[(kind, f"{kind[0]}-{key}")].append([fence, value])
+
+    for i in range(rounds):
+        w, other = rng.sample([f"w{n}" for n in range(workers)], 2)
+        key = f"k{rng.randrange(keys)}"
+        if i % 40 == 30:
+            token, fence = hold(w, key, t, ttl=500)
+            put(w, key, token, fence, "redis", t + 0.01)
+            events.append(fault("pause_worker", w, t + 0.05, t + 1.5))
+            token2, fence2 = hold(other, key, t + 0.8)
+            put(other, key, token2, fence2, "redis", t + 0.81)
+            events.append(release(other, key, token2, t + 0.9, node=node))
+            put(w, key, token, fence, "redis", t + 1.51, result="stale")
+            events.append(abandon(w, key, token, t + 1.52, node=node))
+            t += 1.6
+            continue
+        token, fence = hold(w, key, t, acked=rng.choice([2, 2, 2, 1]))
+        if rng.random() < 0.3:
+            events.append(
+                acquire(other, key, "-", None, t + 0.01, t + 0.015, result="nil", node=node)
+            )
+        put(w, key, token, fence, "redis", t + 0.02)
+        if i == rounds // 2:
+            events.append(fault("manual_failover", SHARD, t + 0.05, t + 0.2))
+            node = P2
+            events.append(primary(t + 0.1, node))
+            t += 1.2
+        events.append(renew(w, key, token, t + 0.3, t + 0.305, ttl=2000, node=node))
+        put(w, key, token, fence, "sqlite", t + 0.31)
+        events.append(release(w, key, token, t + 0.4, t + 0.405, node=node))
+        t += rng.uniform(0.41, 0.6)
+    events.append(fault("kill_primary", P1, t, t + 0.5, pid=777))
+    events.append(server_exit(t + 0.01, P1, 777))
+    events.append(run(t1=t + 1))
+    for (kind, resource), entries in logs.items():
+        events.append(resource_log(kind, resource, entries))
+    return by_time(events)
+
+
+def test_simulated_history_is_clean():
+    res = checker.check(simulate())
+    assert res.violations == []
+    counts = res.counts
+    assert counts["grants"] > 100 and counts["confirmed_grants"] < counts["grants"]
+    assert counts["stale_writes_rejected"] == counts["paused_rejected"] == 3
+    assert counts["confirmed_renewed_on_new_primary"] in (0, 1)
+    assert counts["failovers"] == 1 and counts["server_exits_injected"] == 1
+    assert counts["c_checked"] > 50
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("name", DOCTORS)
+def test_doctors_break_a_simulated_history(name, seed):
+    doctor, rule = DOCTORS[name]
+    events = simulate(seed)
+    doctored = doctor(events)
+    assert checker.check(events).ok, "doctoring must not change the history it was given"
+    assert rule in checker.check(doctored).rules()
+
+
+def assert_clean_and_each_doctoring_caught(name, events):
+    res = checker.check(events)
+    assert res.violations == [], checker.format_result(name, res)
+    for doctoring, (doctor, rule) in DOCTORS.items():
+        try:
+            doctored = doctor(events)
+        except LookupError as missing:
+            pytest.fail(f"{name}, {doctoring}: {missing}")
+        assert rule in checker.check(doctored).rules(), f"{name}, {doctoring}"
+
+
+def test_a_history_loaded_from_gzip_is_checked_and_doctored(tmp_path):
+    path = tmp_path / "history.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        f.writelines(json.dumps(e) + "\n" for e in simulate(seed=5))
+    assert_clean_and_each_doctoring_caught(path.name, checker.load(path))
+
+
+RECORDED = sorted(HISTORIES.glob("*.jsonl.gz"))
+
+
+@pytest.mark.skipif(not RECORDED, reason="no recorded history in tests/histories")
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.name)
+def test_recorded_history_is_clean_and_each_doctoring_is_caught(path):
+    assert_clean_and_each_doctoring_caught(path.name, checker.load(path))
+
+
+def test_a_large_history_checks_in_seconds():
+    events = simulate(seed=4, rounds=12_000, workers=20, keys=50)
+    assert len(events) > 50_000
+    started = time.monotonic()
+    res = checker.check(events)
+    assert res.ok
+    assert time.monotonic() - started < 10
+
+
+# --- report ---------------------------------------------------------------------------
+
+
+def test_summary_table_has_a_column_per_configuration_and_a_total():
+    clean, sim = checker.check(clean_history()), checker.check(simulate())
+    table = report.summary_table([("redis-7.0 sentinel", clean), ("valkey-9.1 cluster", sim)])
+    lines = table.splitlines()
+    assert lines[0] == "| | redis-7.0 sentinel | valkey-9.1 cluster | total |"
+    grants = next(line for line in lines if line.startswith("| grants |"))
+    total = clean.counts["grants"] + sim.counts["grants"]
+    assert grants == f"| grants | 6 | {sim.counts['grants']:,} | {total:,} |"
+    paused = "| workers paused past their lease (abandoned / rejected / late unopposed) |"
+    assert f"{paused} 3 (1 / 1 / 1) |" in table
+    assert "| fenced writes accepted (redis / sqlite) | 7 (4 / 3) |" in table
+    assert "| faults: kill_primary | 1 | 1 | 2 |" in table
+    assert table.splitlines()[-1] == "| violations | 0 | 0 | 0 |"
+
+
+def test_timeline_svg_is_well_formed_and_shows_each_configuration(tmp_path):
+    path = tmp_path / "timeline.svg"
+    report.timeline_svg(
+        [("redis-7.0 sentinel", clean_history()), ("redis-8.2 sentinel", simulate())], path
+    )
+    root = ET.parse(path).getroot()
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert any("redis-7.0 sentinel" in t for t in texts)
+    assert any("redis-8.2 sentinel" in t for t in texts)
+    assert "pause_worker" in texts and "clock_step" in texts
+    # The clean history's panel states its counts: 6 grants, 1 stale write, 1 failover.
+    assert any("6 grants" in t and "1 stale" in t and "1 failover" in t for t in texts)
+    assert path.stat().st_size < 60_000
