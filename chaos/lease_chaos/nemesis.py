@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import redis
 
@@ -57,8 +58,14 @@ class Observer(threading.Thread):
             if self.current.get(shard) != addr:
                 self.current[shard] = addr
                 self.log.add(
-                    {"type": "primary", "proc": "observer", "t": now, "shard": shard,
-                     "node": addr, "epoch": epoch}
+                    {
+                        "type": "primary",
+                        "proc": "observer",
+                        "t": now,
+                        "shard": shard,
+                        "node": addr,
+                        "epoch": epoch,
+                    }
                 )
         for node in self.topology.all_processes():
             if node.proc is None or node.proc.pid in self.exited:
@@ -67,8 +74,14 @@ class Observer(threading.Thread):
             if status is not None:
                 self.exited.add(node.proc.pid)
                 self.log.add(
-                    {"type": "server_exit", "proc": "observer", "t": time.time(),
-                     "node": node.addr, "pid": node.proc.pid, "status": status}
+                    {
+                        "type": "server_exit",
+                        "proc": "observer",
+                        "t": time.time(),
+                        "node": node.addr,
+                        "pid": node.proc.pid,
+                        "status": status,
+                    }
                 )
 
     def run(self) -> None:
@@ -125,8 +138,12 @@ class Pauser(threading.Thread):
                 proc.send_signal(signal.SIGSTOP)
                 self.paused[name] = time.time() + length
                 self.faults[name] = {
-                    "type": "fault", "proc": "nemesis", "kind": "pause_worker", "target": name,
-                    "t0": time.time(), "detail": {"seconds": round(length, 3)},
+                    "type": "fault",
+                    "proc": "nemesis",
+                    "kind": "pause_worker",
+                    "target": name,
+                    "t0": time.time(),
+                    "detail": {"seconds": round(length, 3)},
                 }
         self.resume_all()
 
@@ -134,7 +151,7 @@ class Pauser(threading.Thread):
 class Nemesis(threading.Thread):
     """Server faults, one at a time."""
 
-    WEIGHTS = {
+    WEIGHTS: ClassVar[dict[str, int]] = {
         "pause_primary": 4,
         "kill_primary": 2,
         "manual_failover": 2,
@@ -144,8 +161,9 @@ class Nemesis(threading.Thread):
         "clock_step": 1,
     }
 
-    def __init__(self, topology: Topology, observer: Observer, log: Log, rng: random.Random,
-                 until: float):
+    def __init__(
+        self, topology: Topology, observer: Observer, log: Log, rng: random.Random, until: float
+    ):
         super().__init__(daemon=True)
         self.topology = topology
         self.observer = observer
@@ -156,8 +174,15 @@ class Nemesis(threading.Thread):
 
     def fault(self, kind: str, target: str, t0: float, **detail) -> dict:
         return self.log.add(
-            {"type": "fault", "proc": "nemesis", "kind": kind, "target": target, "t0": t0,
-             "t1": time.time(), "detail": detail}
+            {
+                "type": "fault",
+                "proc": "nemesis",
+                "kind": kind,
+                "target": target,
+                "t0": t0,
+                "t1": time.time(),
+                "detail": detail,
+            }
         )
 
     def primary_node(self, shard: str) -> Node | None:
@@ -167,15 +192,25 @@ class Nemesis(threading.Thread):
     def wait_failover(self, shard: str, old: str) -> bool:
         try:
             wait_until(
-                lambda: (self.observer.primary(shard) or old) != old, FAILOVER_WAIT_S,
-                "a failover", 0.05,
+                lambda: (self.observer.primary(shard) or old) != old,
+                FAILOVER_WAIT_S,
+                "a failover",
+                0.05,
             )
             return True
         except TimeoutError:
             return False
 
-    def settle(self) -> None:
-        wait_until(self.topology.settled, SETTLE_WAIT_S, "the topology to settle", 0.2)
+    def settle(self) -> bool:
+        """Waits for the topology to settle; False (and logged) when it did not in time.
+        Sentinel can take tens of seconds to untangle failovers that overlapped."""
+        t0 = time.time()
+        try:
+            wait_until(self.topology.settled, SETTLE_WAIT_S, "the topology to settle", 0.2)
+            return True
+        except TimeoutError:
+            self.log.add({"type": "settle_timeout", "proc": "nemesis", "t0": t0, "t1": time.time()})
+            return False
 
     # --- the faults ---------------------------------------------------------
     def pause_primary(self, shard: str, node: Node) -> None:
@@ -266,7 +301,8 @@ class Nemesis(threading.Thread):
                 time.sleep(self.rng.uniform(0.5, 1.5))
                 if time.time() >= self.until:
                     break
-                self.settle()
+                if not self.settle():
+                    continue
                 shard = self.rng.choice(self.topology.shards())
                 node = self.primary_node(shard)
                 if node is None or not node.alive():
@@ -277,7 +313,14 @@ class Nemesis(threading.Thread):
                 except redis.RedisError as err:
                     # The fault's own command failed (the node changed role meanwhile):
                     # logged as not injected.
-                    self.log.add({"type": "fault_skipped", "proc": "nemesis", "kind": kind,
-                                  "t": time.time(), "error": str(err)})
-        except BaseException as err:  # surfaced by the run, which fails
+                    self.log.add(
+                        {
+                            "type": "fault_skipped",
+                            "proc": "nemesis",
+                            "kind": kind,
+                            "t": time.time(),
+                            "error": str(err),
+                        }
+                    )
+        except Exception as err:  # noqa: BLE001 - the run reports it and fails
             self.error = err

@@ -8,6 +8,7 @@ configurations; the set-up, the final read and the check come on top.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import sqlite3
@@ -31,7 +32,7 @@ def tags_for(topology: Topology) -> list[str]:
         return ["r0", "r1", "r2", "r3"]
     starts = [int(s) for s in topology.shards()] + [16384]
     tags, i = [], 0
-    for lo, hi in zip(starts, starts[1:]):
+    for lo, hi in itertools.pairwise(starts):
         found = []
         while len(found) < 2:
             tag = f"r{i}"
@@ -69,8 +70,15 @@ def final_state(topology: Topology, observer: Observer, tags: list[str], db_path
             fence, _, value = entry.partition("|")
             parsed.append([int(fence), value])
         events.append(
-            {"type": "resource_log", "proc": "final", "t": now, "kind": "redis",
-             "resource": f"res:{{{tag}}}", "node": addr, "entries": parsed}
+            {
+                "type": "resource_log",
+                "proc": "final",
+                "t": now,
+                "kind": "redis",
+                "resource": f"res:{{{tag}}}",
+                "node": addr,
+                "entries": parsed,
+            }
         )
     with sqlite3.connect(db_path) as db:
         for tag in tags:
@@ -78,8 +86,14 @@ def final_state(topology: Topology, observer: Observer, tags: list[str], db_path
                 "SELECT fence, value FROM writes WHERE name = ? ORDER BY id", (tag,)
             ).fetchall()
             events.append(
-                {"type": "resource_log", "proc": "final", "t": now, "kind": "sqlite",
-                 "resource": tag, "entries": [list(r) for r in rows]}
+                {
+                    "type": "resource_log",
+                    "proc": "final",
+                    "t": now,
+                    "kind": "sqlite",
+                    "resource": tag,
+                    "entries": [list(r) for r in rows],
+                }
             )
     return events
 
@@ -115,9 +129,15 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
             history = directory / f"w{i}.jsonl"
             history.unlink(missing_ok=True)
             config = {
-                "id": i, "topology": kind, "seeds": seeds, "tags": tags,
-                "sqlite": str(db_path), "history": str(history), "until": until,
-                "seed": rng.getrandbits(32), "replicas": topology.replicas_per_primary,
+                "id": i,
+                "topology": kind,
+                "seeds": seeds,
+                "tags": tags,
+                "sqlite": str(db_path),
+                "history": str(history),
+                "until": until,
+                "seed": rng.getrandbits(32),
+                "replicas": topology.replicas_per_primary,
                 "careful": i % 2 == 0,
             }
             workers[f"w{i}"] = subprocess.Popen(
@@ -163,9 +183,18 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
         crashes = topology.crash_lines()
         topology.stop()
     events = [
-        {"type": "run", "proc": "run", "server": server, "topology": kind, "t0": start,
-         "t1": end, "workers": args.workers, "replicas": topology.replicas_per_primary,
-         "seed": args.seed, "tags": tags}
+        {
+            "type": "run",
+            "proc": "run",
+            "server": server,
+            "topology": kind,
+            "t0": start,
+            "t1": end,
+            "workers": args.workers,
+            "replicas": topology.replicas_per_primary,
+            "seed": args.seed,
+            "tags": tags,
+        }
     ]
     for i in range(args.workers):
         path = directory / f"w{i}.jsonl"
@@ -238,4 +267,3 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-

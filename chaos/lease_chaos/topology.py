@@ -310,11 +310,21 @@ class SentinelTopology(Topology):
         return [n for n in self.nodes if n.addr != primary]
 
     def settled(self) -> bool:
-        """One primary that the Sentinels agree on, with both replicas online."""
-        current = self.primaries().get(MASTER_NAME)
-        if not current:
+        """Every Sentinel names the same primary, sees it up with both replicas and no
+        failover in progress, and the primary has both replicas online."""
+        views = set()
+        for s in self.sentinels:
+            try:
+                with s.client(0.3) as conn:
+                    fields = sentinel_master(conn)
+            except redis.RedisError:
+                return False
+            if fields.get("flags") not in ("master", ["master"]) or int(fields["num-slaves"]) < 2:
+                return False
+            views.add(f"{fields['ip']}:{fields['port']}")
+        if len(views) != 1:
             return False
-        node = self.node_by_addr(current[0])
+        node = self.node_by_addr(views.pop())
         if node is None or not node.alive():
             return False
         try:
@@ -372,9 +382,10 @@ class ClusterTopology(Topology):
         wait_until(lambda: self._all_known(6), 20, "every node to know every other")
         for master, replica in zip(masters, replicas):
             master_id = self._my_id(master)
+            command = ("CLUSTER", "REPLICATE", master_id)
             with replica.client() as conn:
                 wait_until(
-                    lambda: _try(lambda: conn.execute_command("CLUSTER", "REPLICATE", master_id)),
+                    lambda conn=conn, command=command: _try(lambda: conn.execute_command(*command)),
                     10,
                     f"{replica.name} to replicate {master.name}",
                 )
@@ -424,9 +435,9 @@ class ClusterTopology(Topology):
                 addr = parts[1].split("@")[0]
                 epoch = int(parts[6])
                 for shard in self.shards():
-                    if _owns(parts[8:], int(shard)):
-                        if shard not in best or epoch > best[shard][1]:
-                            best[shard] = (addr, epoch)
+                    better = shard not in best or epoch > best[shard][1]
+                    if better and _owns(parts[8:], int(shard)):
+                        best[shard] = (addr, epoch)
         return best
 
     def replicas_of(self, shard: str, primary: str) -> list[Node]:

@@ -143,7 +143,7 @@ class Worker:
         self.need = config["replicas"]
         self.careful = config["careful"]
         self.tags = config["tags"]
-        self.history = open(config["history"], "a", buffering=1)
+        self.history = open(config["history"], "a", buffering=1)  # noqa: SIM115 - for the process's life
         self.db = sqlite3.connect(config["sqlite"], timeout=2.0, isolation_level=None)
         self.sessions: dict[str, Session] = {}
         self.seq = 0
@@ -155,7 +155,7 @@ class Worker:
         return event
 
     def token(self) -> str:
-        return "%032x" % self.rng.getrandbits(128)
+        return f"{self.rng.getrandbits(128):032x}"
 
     # --- one command against the primary of a key --------------------------
     def call(self, key: str, *args, wait: bool = False):
@@ -232,7 +232,9 @@ class Worker:
         return None
 
     def renew(self, key: str, token: str, ttl: int) -> int | None:
-        event = self.op("renew", key, ["LEASE.RENEW", key, token, ttl], {"token": token, "ttl": ttl}, wait=True)
+        event = self.op(
+            "renew", key, ["LEASE.RENEW", key, token, ttl], {"token": token, "ttl": ttl}, wait=True
+        )
         reply = event.pop("reply")
         event["result"] = "error" if "error" in event else int(reply)
         if event["result"] != 1:
@@ -248,7 +250,9 @@ class Worker:
 
     def abandon(self, key: str, token: str, reason: str) -> None:
         now = time.time()
-        self.log({"type": "abandon", "key": key, "token": token, "reason": reason, "t0": now, "t1": now})
+        self.log(
+            {"type": "abandon", "key": key, "token": token, "reason": reason, "t0": now, "t1": now}
+        )
 
     # --- resources ----------------------------------------------------------
     def write_redis(self, tag: str, key: str, token: str, fence: int, value: str | None) -> str:
@@ -257,8 +261,15 @@ class Worker:
             args = ["LEASE.FENCE", resource, fence, "LLEN", f"log:{{{tag}}}"]
         else:
             args = ["LEASE.FENCE", resource, fence, "RPUSH", f"log:{{{tag}}}", f"{fence}|{value}"]
-        fields = {"kind": "redis", "resource": resource, "token": token, "fence": fence,
-                  "value": value, "register": value is None, "lease": key}
+        fields = {
+            "kind": "redis",
+            "resource": resource,
+            "token": token,
+            "fence": fence,
+            "value": value,
+            "register": value is None,
+            "lease": key,
+        }
         event = self.op("write", resource, args, fields)
         event.pop("reply")
         error = event.get("error", "")
@@ -270,18 +281,31 @@ class Worker:
         return event["result"]
 
     def write_sqlite(self, tag: str, key: str, token: str, fence: int, value: str | None) -> str:
-        event = {"type": "write", "kind": "sqlite", "resource": tag, "key": tag, "lease": key,
-                 "token": token, "fence": fence, "value": value, "register": value is None,
-                 "node": None, "shard": None, "t0": time.time()}
+        event = {
+            "type": "write",
+            "kind": "sqlite",
+            "resource": tag,
+            "key": tag,
+            "lease": key,
+            "token": token,
+            "fence": fence,
+            "value": value,
+            "register": value is None,
+            "node": None,
+            "shard": None,
+            "t0": time.time(),
+        }
         try:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 updated = self.db.execute(
-                    "UPDATE resource SET fence = ? WHERE name = ? AND fence <= ?", (fence, tag, fence)
+                    "UPDATE resource SET fence = ? WHERE name = ? AND fence <= ?",
+                    (fence, tag, fence),
                 ).rowcount
                 if updated == 1 and value is not None:
                     self.db.execute(
-                        "INSERT INTO writes (name, fence, value) VALUES (?, ?, ?)", (tag, fence, value)
+                        "INSERT INTO writes (name, fence, value) VALUES (?, ?, ?)",
+                        (tag, fence, value),
                     )
                 self.db.execute("COMMIT" if updated == 1 else "ROLLBACK")
             except BaseException:
@@ -350,11 +374,10 @@ class Worker:
                     self.abandon(key, token, "session lost")
                     lost = True
                     break
-            elif time.monotonic() - held_since > ttl / 1000:
-                if self.careful:
-                    self.abandon(key, token, "deadline passed")
-                    lost = True
-                    break
+            elif self.careful and time.monotonic() - held_since > ttl / 1000:
+                self.abandon(key, token, "deadline passed")
+                lost = True
+                break
             if self.careful:
                 before = time.monotonic()
                 answer = self.renew(key, token, ttl)

@@ -402,6 +402,17 @@ def test_b_after_an_unconfirmed_grant_passes():
     assert checker.check(events).ok
 
 
+def test_b_unconfirmed_grant_below_a_confirmed_fence_is_exempt_and_counted():
+    # A failed-over primary that has not heard yet grants from its own sequence; no
+    # replica follows it, so WAIT shows the grant unconfirmed.
+    events = clean_history()
+    acq = find(events, type="acquire", token="d1")
+    acq["fence"], acq["acked"] = 19, 0
+    res = checker.check(events)
+    assert res.ok
+    assert res.counts["b_exempt_unconfirmed"] == 1
+
+
 def test_b_overlapping_grants_are_not_compared():
     # B was invoked before A completed: A's grant may not have happened yet when B's did.
     events = clean_history()
@@ -491,20 +502,20 @@ def test_c_confirmed_renew_extends_the_deadline():
 
 def test_c_renew_under_a_positive_clock_step_passes():
     events = lost_after_failover()
-    events.append(fault("clock_step", P2, 4.0, 4.505, offset_s=30))
+    events.append(fault("clock_step", P2, 4.0, 4.505, offset_s=30, shard=SHARD))
     res = checker.check(by_time(events))
     assert res.ok
     assert res.counts["c_exempt_clock"] == 1
 
 
 @pytest.mark.parametrize(
-    "target, offset, window",
-    [(P2, -30, (4.0, 5.0)), (P1, 30, (4.0, 5.0)), (P2, 30, (4.6, 5.0))],
-    ids=["backwards", "other-node", "not-overlapping"],
+    "shard, offset, window",
+    [(SHARD, -30, (4.0, 5.0)), ("other", 30, (4.0, 5.0)), (SHARD, 30, (4.6, 5.0))],
+    ids=["backwards", "other-shard", "not-overlapping"],
 )
-def test_c_other_clock_steps_do_not_exempt(target, offset, window):
+def test_c_other_clock_steps_do_not_exempt(shard, offset, window):
     events = lost_after_failover()
-    events.append(fault("clock_step", target, *window, offset_s=offset))
+    events.append(fault("clock_step", P2, *window, offset_s=offset, shard=shard))
     assert rules(checker.check(by_time(events))) == ["c"]
 
 
@@ -668,7 +679,8 @@ def doctor_fence_down(events):
         if e.get("result") != "ok":
             continue
         a = confirmed.get(e["key"])
-        if a is not None and a["token"] != e["token"] and a["t1"] < e["t0"]:
+        late = a is not None and a["token"] != e["token"] and a["t1"] < e["t0"]
+        if late and checker.is_confirmed(e):
             return _replaced(events, e, {**e, "fence": a["fence"] - 1})
         if checker.is_confirmed(e):
             confirmed[e["key"]] = e
@@ -679,7 +691,7 @@ def doctor_lost_confirmed_grant(events):
     """A renew answered 1 by the primary before its token's confirmed deadline is answered 0
     instead (one by a primary other than the granting node if there is one): breaks (c)."""
     primaries = checker.Primaries(events)
-    stepped = {e["target"] for e in events if e.get("kind") == "clock_step"}
+    history = checker._History(events)
     holds = defaultdict(list)
     for e in sorted(events, key=checker.start):
         if e.get("type") in ("acquire", "renew", "release"):
@@ -688,7 +700,7 @@ def doctor_lost_confirmed_grant(events):
     for ops in holds.values():
         if any(e["type"] == "acquire" and e.get("session") is not None for e in ops):
             continue
-        deadline, granted_by = None, None
+        deadline, granted_by, confirming = None, None, None
         for e in ops:
             if e["type"] == "release":
                 deadline = None
@@ -697,13 +709,14 @@ def doctor_lost_confirmed_grant(events):
                 and str(e["result"]) == "1"
                 and deadline is not None
                 and e["t1"] < deadline
-                and e["node"] not in stepped
+                and not history.clock_stepped(e["shard"], confirming["t0"], e["t1"])
                 and primaries.held_throughout(e["shard"], e["node"], e["t0"] - 1, e["t1"] + 1)
             ):
                 found.append((e["node"] == granted_by, e))
             confirmed = e["type"] != "release" and str(e["result"]) in ("ok", "1")
-            if confirmed and checker.is_confirmed(e) and e.get("ttl"):
-                deadline = max(deadline or 0, e["t0"] + e["ttl"] / 1000)
+            extends = confirmed and checker.is_confirmed(e) and e.get("ttl")
+            if extends and (deadline is None or e["t0"] + e["ttl"] / 1000 > deadline):
+                deadline, confirming = e["t0"] + e["ttl"] / 1000, e
             if e["type"] == "acquire" and e["result"] == "ok":
                 granted_by = e["node"]
     if not found:
