@@ -280,7 +280,12 @@ class _Placed:
 
 
 def _check_resources(h: _History, counts: dict, out: list[Violation]) -> dict:
-    writes = {w["value"]: w for w in h.ops if w["type"] == "write" and not w.get("register")}
+    # A worker may write one value to both resources: a value is unique per resource.
+    writes = {
+        (w.get("kind"), w.get("resource"), w["value"]): w
+        for w in h.ops
+        if w["type"] == "write" and not w.get("register")
+    }
     logs: dict[tuple[str, str], dict[str, _Placed]] = {}
     for log in h.resource_logs:
         where = (log.get("kind"), log.get("resource"))
@@ -288,7 +293,7 @@ def _check_resources(h: _History, counts: dict, out: list[Violation]) -> dict:
         highest: tuple[int, str] | None = None
         for position, (fence, value) in enumerate(log.get("entries") or []):
             fence = int(fence)
-            w = writes.get(value)
+            w = writes.get((*where, value))
             higher = highest if highest is not None and highest[0] > fence else None
             if higher is not None:
                 out.append(
@@ -297,7 +302,7 @@ def _check_resources(h: _History, counts: dict, out: list[Violation]) -> dict:
                         f"{where[0]} {where[1]}: entry {position} {value!r} fence {fence} "
                         f"accepted after {higher[1]!r} fence {higher[0]}"
                         + (f" (written by {w.get('proc')} at {h.at(w['t0'])})" if w else ""),
-                        [log] + [e for e in (writes.get(higher[1]), w) if e is not None],
+                        [log] + [e for e in (writes.get((*where, higher[1])), w) if e is not None],
                     )
                 )
             if w is None:
@@ -309,11 +314,7 @@ def _check_resources(h: _History, counts: dict, out: list[Violation]) -> dict:
                         [log],
                     )
                 )
-            elif (
-                result(w) not in ("ok", "error")
-                or w.get("fence") != fence
-                or (w.get("kind"), w.get("resource")) != where
-            ):
+            elif result(w) not in ("ok", "error") or w.get("fence") != fence:
                 out.append(
                     Violation(
                         "a",

@@ -229,7 +229,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--module", required=True)
     parser.add_argument("--out", type=Path, default=Path("target/chaos"))
-    parser.add_argument("--base-port", type=int, default=31000)
+    parser.add_argument("--base-port", type=int, default=20000)
     parser.add_argument("--chart", type=Path, help="also write the timeline SVG here")
     parser.add_argument("--summary", type=Path, help="also write the summary table here")
     args = parser.parse_args(argv)
