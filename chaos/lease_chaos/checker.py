@@ -218,12 +218,14 @@ class _History:
         return "?" if t is None else f"{t - self.t0:.3f}s"
 
     def clock_stepped(self, shard, t0: float, t1: float) -> bool:
-        """A node of `shard` ran ahead at some time in [t0, t1]: while primary (or once
-        promoted) it found deadlines passed early, and replicated what it reaped."""
+        """A node of `shard` had its clock stepped at some time in [t0, t1]. A deadline is
+        set by the granting primary's clock and judged by the reading primary's: a step
+        either way between the two moves it (a step back, then the correction forward,
+        shortens every lease granted during the step)."""
         return any(
             f.get("kind") == "clock_step"
             and (f.get("detail") or {}).get("shard") == shard
-            and (f.get("detail") or {}).get("offset_s", 0) > 0
+            and (f.get("detail") or {}).get("offset_s", 0) != 0
             and start(f) <= t1
             and (f.get("t1") is None or f["t1"] >= t0)
             for f in self.faults

@@ -31,6 +31,10 @@ TIMEOUT_S = 2.5
 BLOCK_MS = 1000
 WAIT_MS = 200
 TTLS_MS = (1500, 3000, 6000)
+# A quarter of the jobs are long: they hold across a failover, so a grant confirmed on
+# one primary is renewed on the next.
+LONG_TTL_MS = 10000
+LONG_STEPS = (6, 14)
 SESSION_TTL_MS = 3000
 
 # Errors after which the connection's node may no longer be the primary for the key.
@@ -268,9 +272,10 @@ class Worker:
             "fence": fence,
             "value": value,
             "register": value is None,
-            "lease": key,
         }
-        event = self.op("write", resource, args, fields)
+        # Logged under the lease's key, the grant it writes under; the resource, its log
+        # and the lease share a hash tag, so one primary serves all three.
+        event = self.op("write", key, args, fields)
         event.pop("reply")
         error = event.get("error", "")
         if error.startswith("STALE"):
@@ -285,8 +290,7 @@ class Worker:
             "type": "write",
             "kind": "sqlite",
             "resource": tag,
-            "key": tag,
-            "lease": key,
+            "key": key,
             "token": token,
             "fence": fence,
             "value": value,
@@ -349,7 +353,8 @@ class Worker:
         roll = self.rng.random()
         shared = roll < 0.2
         session = None
-        ttl = self.rng.choice(TTLS_MS)
+        long = self.rng.random() < 0.25
+        ttl = LONG_TTL_MS if long else self.rng.choice(TTLS_MS)
         if not shared and roll > 0.75:
             session = self.session_for(tag)
             if session is None:
@@ -367,7 +372,7 @@ class Worker:
         if not shared:
             self.write_sqlite(tag, key, token, fence, None)
         lost = False
-        for _step in range(self.rng.randint(1, 3)):
+        for _step in range(self.rng.randint(*LONG_STEPS) if long else self.rng.randint(1, 3)):
             time.sleep(self.rng.uniform(0.05, 0.4))
             if session is not None:
                 if self.session_for(tag) is not session:
