@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 # Built by scripts/chaos from chaos/clockshift.c; steps one node's wall clock.
 CLOCKSHIFT_LIB = os.environ.get("CHAOS_CLOCKSHIFT", "")
@@ -92,6 +94,7 @@ class Node:
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             decode_responses=True,
+            retry=no_retry(),
         )
 
     def ping(self) -> bool:
@@ -130,6 +133,12 @@ class Node:
         """Steps this node's wall clock to `offset_s` from the machine's (clockshift
         reads the file again within 100 ms)."""
         self.clock_file.write_text(f"{offset_s:+.3f}\n")
+
+
+def no_retry() -> Retry:
+    """redis-py retries a command that timed out (ten times, from 6.0): one call must be
+    one attempt, so a stopped server costs one timeout and a history shows what was sent."""
+    return Retry(NoBackoff(), 0)
 
 
 def wait_until(probe, timeout: float, what: str, interval: float = 0.05):

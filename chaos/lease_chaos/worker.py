@@ -24,7 +24,7 @@ import redis
 from redis.cluster import key_slot
 from redis.sentinel import Sentinel
 
-from .topology import MASTER_NAME
+from .topology import MASTER_NAME, no_retry
 
 # Socket timeout of every command; BLOCK waits stay below it.
 TIMEOUT_S = 2.5
@@ -64,7 +64,14 @@ class Router:
         self.conns: dict[str, redis.Redis] = {}
         self.slots: list[tuple[int, int, str]] = []
         self.sentinel = (
-            Sentinel(self.seeds, socket_timeout=0.5, socket_connect_timeout=0.5)
+            Sentinel(
+                self.seeds,
+                sentinel_kwargs={
+                    "socket_timeout": 0.5,
+                    "socket_connect_timeout": 0.5,
+                    "retry": no_retry(),
+                },
+            )
             if self.kind == "sentinel"
             else None
         )
@@ -92,7 +99,9 @@ class Router:
     def _load_slots(self) -> None:
         for host, port in self.seeds:
             try:
-                with redis.Redis(host=host, port=port, socket_timeout=0.5) as conn:
+                with redis.Redis(
+                    host=host, port=port, socket_timeout=0.5, retry=no_retry()
+                ) as conn:
                     reply = conn.execute_command("CLUSTER", "SLOTS")
             except redis.RedisError:
                 continue
@@ -109,6 +118,7 @@ class Router:
                 socket_timeout=TIMEOUT_S,
                 socket_connect_timeout=1.0,
                 single_connection_client=True,
+                retry=no_retry(),
             )
         return self.conns[addr]
 
