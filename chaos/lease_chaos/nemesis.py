@@ -160,6 +160,10 @@ class Nemesis(threading.Thread):
         "kill_sentinel": 1,
         "clock_step": 1,
     }
+    QUIET_S: ClassVar[dict[str, tuple[float, float]]] = {
+        "sentinel": (3.0, 6.0),
+        "cluster": (0.5, 1.5),
+    }
 
     def __init__(
         self, topology: Topology, observer: Observer, log: Log, rng: random.Random, until: float
@@ -298,11 +302,15 @@ class Nemesis(threading.Thread):
     def run(self) -> None:
         try:
             while time.time() < self.until:
-                time.sleep(self.rng.uniform(0.5, 1.5))
-                if time.time() >= self.until:
-                    break
                 if not self.settle():
                     continue
+                # Quiet, with every replica following: grants confirmed by all replicas,
+                # which the next failover must keep. Sentinel takes about 10 s to turn a
+                # returning old primary into a replica; the quiet time after that gives
+                # its grants a window to be confirmed in.
+                time.sleep(self.rng.uniform(*self.QUIET_S[self.topology.kind]))
+                if time.time() >= self.until:
+                    break
                 shard = self.rng.choice(self.topology.shards())
                 node = self.primary_node(shard)
                 if node is None or not node.alive():
