@@ -232,6 +232,12 @@ def main(argv=None) -> int:
     parser.add_argument("--base-port", type=int, default=20000)
     parser.add_argument("--chart", type=Path, help="also write the timeline SVG here")
     parser.add_argument("--summary", type=Path, help="also write the summary table here")
+    parser.add_argument(
+        "--expect-failovers", type=int, default=0, help="fail unless at least this many, in all"
+    )
+    parser.add_argument(
+        "--expect-pauses", type=int, default=0, help="fail unless this many worker pauses"
+    )
     args = parser.parse_args(argv)
     total = args.seconds if args.seconds is not None else (args.minutes or 1) * 60
     servers = [s for s in args.servers.split(",") if s]
@@ -261,8 +267,17 @@ def main(argv=None) -> int:
     if args.summary:
         args.summary.write_text(table + "\n")
     violations = sum(len(r.violations) for _, r in results)
-    print(f"violations: {violations}", flush=True)
-    return 1 if violations else 0
+    failovers = sum(r.counts["failovers"] for _, r in results)
+    pauses = sum(r.counts["faults_pause_worker"] for _, r in results)
+    print(f"violations: {violations}, failovers: {failovers}, worker pauses: {pauses}", flush=True)
+    short = []
+    if failovers < args.expect_failovers:
+        short.append(f"{failovers} failovers, fewer than the {args.expect_failovers} expected")
+    if pauses < args.expect_pauses:
+        short.append(f"{pauses} worker pauses, fewer than the {args.expect_pauses} expected")
+    for line in short:
+        print(f"scripts/chaos: {line}", flush=True)
+    return 1 if violations or short else 0
 
 
 if __name__ == "__main__":
