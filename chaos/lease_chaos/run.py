@@ -108,6 +108,8 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
     print(f"== {name}: {seconds:.0f} s under faults, {args.workers} workers", flush=True)
     log = Log()
     workers: dict[str, subprocess.Popen] = {}
+    # Faults of the harness itself (a worker that crashed): the run fails on any.
+    failed: list[str] = []
     observer = None
     try:
         topology.start()
@@ -157,7 +159,9 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-                print(f"{name}: worker {name_} did not stop by itself", flush=True)
+                failed.append(f"worker {name_} did not stop by itself")
+            if proc.returncode not in (0, -9):
+                failed.append(f"worker {name_} exited with {proc.returncode}")
         end = time.time()
         if nemesis.error is not None:
             raise RuntimeError(f"the nemesis failed: {nemesis.error!r}") from nemesis.error
@@ -215,7 +219,9 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
     for violation in result.violations[:20]:
         print(f"VIOLATION ({violation.rule}): {violation.message}", flush=True)
     print(f"history: {history}", flush=True)
-    return f"{server} {kind}", result, events
+    for line in failed:
+        print(f"{name}: {line}", flush=True)
+    return f"{server} {kind}", result, events, failed
 
 
 def main(argv=None) -> int:
@@ -253,11 +259,12 @@ def main(argv=None) -> int:
     out = args.out / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     print(f"scripts/chaos: seed {args.seed}, output in {out}", flush=True)
-    results, histories = [], []
+    results, histories, harness = [], [], []
     for index, (server, kind) in enumerate(configs):
-        name, result, events = run_one(server, kind, each, args, index, out)
+        name, result, events, failed = run_one(server, kind, each, args, index, out)
         results.append((name, result))
         histories.append((name, events))
+        harness += [f"{name}: {line}" for line in failed]
     table = report.summary_table(results)
     print("\n" + table, flush=True)
     (out / "summary.md").write_text(table + "\n")
@@ -275,9 +282,9 @@ def main(argv=None) -> int:
         short.append(f"{failovers} failovers, fewer than the {args.expect_failovers} expected")
     if pauses < args.expect_pauses:
         short.append(f"{pauses} worker pauses, fewer than the {args.expect_pauses} expected")
-    for line in short:
+    for line in short + harness:
         print(f"scripts/chaos: {line}", flush=True)
-    return 1 if violations or short else 0
+    return 1 if violations or short or harness else 0
 
 
 if __name__ == "__main__":

@@ -176,8 +176,9 @@ class Worker:
         """Runs one command on the key's primary; returns (reply, node, shard, acked).
         Raises Unreachable when the outcome is unknown."""
         addr, shard = self.router.route(key)
-        conn = self.router.conn(addr)
         try:
+            # A single-connection client connects as it is made: that can fail too.
+            conn = self.router.conn(addr)
             reply = conn.execute_command(*args)
         except redis.ResponseError as err:
             if isinstance(err, ROUTING_EXCEPTIONS) or str(err).startswith(ROUTING_ERRORS):
