@@ -25,7 +25,7 @@ ROWS = (
     ("failovers", ("failovers",)),
     ("worker pauses", ("faults_pause_worker",)),
     (
-        "workers paused past their lease (abandoned / rejected / late unopposed)",
+        "leases that ran out while their worker was paused (stopped / rejected / late, unopposed)",
         (
             "workers_paused_past_lease",
             "paused_abandoned",
@@ -34,6 +34,9 @@ ROWS = (
         ),
     ),
     ("confirmed grants renewed on a new primary", ("confirmed_renewed_on_new_primary",)),
+    ("renewals judged by (c) (exempt: clock stepped)", ("c_checked", "c_exempt_clock")),
+    ("unconfirmed grants below a confirmed fence (split brain)", ("b_exempt_unconfirmed",)),
+    ("fenced writes acknowledged, then lost in a failover", ("redis_writes_lost",)),
 )
 
 

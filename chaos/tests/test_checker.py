@@ -879,7 +879,10 @@ def test_summary_table_has_a_column_per_configuration_and_a_total():
     grants = next(line for line in lines if line.startswith("| grants |"))
     total = clean.counts["grants"] + sim.counts["grants"]
     assert grants == f"| grants | 6 | {sim.counts['grants']:,} | {total:,} |"
-    paused = "| workers paused past their lease (abandoned / rejected / late unopposed) |"
+    paused = (
+        "| leases that ran out while their worker was paused "
+        "(stopped / rejected / late, unopposed) |"
+    )
     assert f"{paused} 3 (1 / 1 / 1) |" in table
     assert "| fenced writes accepted (redis / sqlite) | 7 (4 / 3) |" in table
     assert "| faults: kill_primary | 1 | 1 | 2 |" in table
