@@ -151,10 +151,12 @@ class Pauser(threading.Thread):
 class Nemesis(threading.Thread):
     """Server faults, one at a time."""
 
-    WEIGHTS: ClassVar[dict[str, int]] = {
-        "pause_primary": 4,
-        "kill_primary": 2,
-        "manual_failover": 2,
+    # How many of each kind go in a deck of faults; the nemesis deals a shuffled deck and
+    # deals a new one when it is empty, so every kind comes up in every configuration.
+    DECK: ClassVar[dict[str, int]] = {
+        "pause_primary": 2,
+        "kill_primary": 1,
+        "manual_failover": 1,
         "client_pause": 1,
         "debug_sleep": 1,
         "kill_sentinel": 1,
@@ -175,6 +177,7 @@ class Nemesis(threading.Thread):
         self.rng = rng
         self.until = until
         self.error: BaseException | None = None
+        self.deck: list[str] = []
 
     def fault(self, kind: str, target: str, t0: float, **detail) -> dict:
         return self.log.add(
@@ -291,13 +294,15 @@ class Nemesis(threading.Thread):
 
     # --- the loop -----------------------------------------------------------
     def choose(self) -> str:
-        kinds = dict(self.WEIGHTS)
-        if self.topology.kind != "sentinel":
-            kinds.pop("kill_sentinel")
-        if self.topology.clock_node() is None:
-            kinds.pop("clock_step")
-        names = list(kinds)
-        return self.rng.choices(names, weights=[kinds[n] for n in names])[0]
+        if not self.deck:
+            kinds = dict(self.DECK)
+            if self.topology.kind != "sentinel":
+                kinds.pop("kill_sentinel")
+            if self.topology.clock_node() is None:
+                kinds.pop("clock_step")
+            self.deck = [kind for kind, count in kinds.items() for _ in range(count)]
+            self.rng.shuffle(self.deck)
+        return self.deck.pop()
 
     def run(self) -> None:
         try:

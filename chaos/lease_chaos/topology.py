@@ -213,6 +213,25 @@ class Topology:
                     found.append((node.addr, line.strip()))
         return found
 
+    def start_data_nodes(self, count: int, extra, clock_index: int) -> None:
+        """Writes the configs of `count` data nodes (`extra(i)`: node i's own lines) and
+        starts them; node `clock_index` gets the clock that can be stepped."""
+        for i in range(count):
+            port = self.base_port + i
+            directory = self.workdir / f"n{i}"
+            node = Node(
+                f"n{i}",
+                self.binary,
+                port,
+                directory,
+                data_config(port, directory, self.module, extra(i)),
+                shifted_clock=bool(CLOCKSHIFT_LIB) and i == clock_index,
+            )
+            node.write_config()
+            self.nodes.append(node)
+        for node in self.nodes:
+            node.start()
+
     def fresh_dir(self) -> None:
         if self.workdir.exists():
             shutil.rmtree(self.workdir)
@@ -228,22 +247,9 @@ class SentinelTopology(Topology):
     def start(self) -> None:
         self.fresh_dir()
         primary_port = self.base_port
-        for i in range(3):
-            port = self.base_port + i
-            directory = self.workdir / f"n{i}"
-            extra = [] if i == 0 else [f"replicaof {HOST} {primary_port}"]
-            node = Node(
-                f"n{i}",
-                self.binary,
-                port,
-                directory,
-                data_config(port, directory, self.module, extra),
-                shifted_clock=bool(CLOCKSHIFT_LIB) and i == 2,
-            )
-            node.write_config()
-            self.nodes.append(node)
-        for node in self.nodes:
-            node.start()
+        self.start_data_nodes(
+            3, lambda i: [] if i == 0 else [f"replicaof {HOST} {primary_port}"], clock_index=2
+        )
         wait_until(self._replicas_synced, 20, "replicas to sync")
         for i in range(3):
             port = self.base_port + 10 + i
@@ -356,30 +362,16 @@ class ClusterTopology(Topology):
 
     def start(self) -> None:
         self.fresh_dir()
-        for i in range(6):
-            port = self.base_port + i
-            directory = self.workdir / f"n{i}"
-            extra = [
-                "cluster-enabled yes",
-                "cluster-config-file nodes.conf",
-                f"cluster-node-timeout {NODE_TIMEOUT_MS}",
-                # A replica is always eligible: the test wants failovers to happen.
-                "cluster-replica-validity-factor 0",
-                "cluster-allow-replica-migration no",
-                "cluster-require-full-coverage no",
-            ]
-            node = Node(
-                f"n{i}",
-                self.binary,
-                port,
-                directory,
-                data_config(port, directory, self.module, extra),
-                shifted_clock=bool(CLOCKSHIFT_LIB) and i == 4,
-            )
-            node.write_config()
-            self.nodes.append(node)
-        for node in self.nodes:
-            node.start()
+        extra = [
+            "cluster-enabled yes",
+            "cluster-config-file nodes.conf",
+            f"cluster-node-timeout {NODE_TIMEOUT_MS}",
+            # A replica is always eligible: the test wants failovers to happen.
+            "cluster-replica-validity-factor 0",
+            "cluster-allow-replica-migration no",
+            "cluster-require-full-coverage no",
+        ]
+        self.start_data_nodes(6, lambda _i: extra, clock_index=4)
         masters, replicas = self.nodes[:3], self.nodes[3:]
         ranges = [(0, 5460), (5461, 10922), (10923, 16383)]
         for node, (lo, hi) in zip(masters, ranges):

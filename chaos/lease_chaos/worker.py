@@ -358,6 +358,16 @@ class Worker:
         return session
 
     # --- the workload -------------------------------------------------------
+    def keep(self, key: str, token: str, ttl: int, held_since: float) -> tuple[float, bool]:
+        """Renews the grant: (when the lease was last known renewed, whether it is lost).
+        A renewal answered 0 ends the job's work under it; an error leaves it unknown."""
+        before = time.monotonic()
+        answer = self.renew(key, token, ttl)
+        if answer == 0:
+            self.abandon(key, token, "renew answered 0")
+            return held_since, True
+        return (before if answer == 1 else held_since), False
+
     def job(self) -> None:
         tag = self.rng.choice(self.tags)
         key = f"lease:{{{tag}}}"
@@ -395,14 +405,9 @@ class Worker:
                 lost = True
                 break
             if self.careful:
-                before = time.monotonic()
-                answer = self.renew(key, token, ttl)
-                if answer == 0:
-                    self.abandon(key, token, "renew answered 0")
-                    lost = True
+                held_since, lost = self.keep(key, token, ttl, held_since)
+                if lost:
                     break
-                if answer == 1:
-                    held_since = before
             self.seq += 1
             value = f"{self.name}:{self.seq}"
             if shared:
@@ -411,14 +416,9 @@ class Worker:
                 self.write_sqlite(tag, key, token, fence, value)
                 self.write_redis(tag, key, token, fence, value)
             if not self.careful:
-                before = time.monotonic()
-                answer = self.renew(key, token, ttl)
-                if answer == 0:
-                    self.abandon(key, token, "renew answered 0")
-                    lost = True
+                held_since, lost = self.keep(key, token, ttl, held_since)
+                if lost:
                     break
-                if answer == 1:
-                    held_since = before
         if not lost:
             self.release(key, token)
 
