@@ -11,6 +11,7 @@ import argparse
 import itertools
 import json
 import random
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -225,6 +226,8 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
 
 
 def main(argv=None) -> int:
+    # SIGTERM unwinds like Ctrl-C, so every server and worker started is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(prog="scripts/chaos", description=__doc__)
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--minutes", type=float, help="time under faults, all configurations")

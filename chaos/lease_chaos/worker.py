@@ -55,8 +55,7 @@ class Unreachable(Exception):
 
 
 class Router:
-    """Finds the primary for a key and keeps one connection per primary, so WAIT follows
-    the write it confirms on the same connection."""
+    """Finds the primary for a key and keeps a client per primary."""
 
     def __init__(self, config: dict):
         self.kind = config["topology"]
@@ -117,7 +116,6 @@ class Router:
                 port=int(port),
                 socket_timeout=TIMEOUT_S,
                 socket_connect_timeout=1.0,
-                single_connection_client=True,
                 retry=no_retry(),
             )
         return self.conns[addr]
@@ -176,10 +174,13 @@ class Worker:
         """Runs one command on the key's primary; returns (reply, node, shard, acked).
         Raises Unreachable when the outcome is unknown."""
         addr, shard = self.router.route(key)
+        conn = self.router.conn(addr)
+        acked = None
         try:
-            # A single-connection client connects as it is made: that can fail too.
-            conn = self.router.conn(addr)
-            reply = conn.execute_command(*args)
+            if wait:
+                reply, acked = self.confirmed(conn, args)
+            else:
+                reply = conn.execute_command(*args)
         except redis.ResponseError as err:
             if isinstance(err, ROUTING_EXCEPTIONS) or str(err).startswith(ROUTING_ERRORS):
                 self.router.forget(addr)
@@ -188,17 +189,25 @@ class Worker:
         except redis.RedisError as err:
             self.router.forget(addr)
             raise Unreachable(f"{addr}: {type(err).__name__}: {err}") from err
-        acked = None
-        if wait:
-            try:
-                acked = int(conn.execute_command("WAIT", self.need, WAIT_MS))
-            except redis.RedisError:
-                self.router.forget(addr)
-            if acked is None or acked < self.need:
-                # Unconfirmed: this node may be a primary that was failed over and has
-                # not heard yet. Ask Sentinel or the cluster again before the next call.
-                self.router.forget(addr)
+        if wait and (acked is None or acked < self.need):
+            # Unconfirmed: this node may be a primary that was failed over and has not
+            # heard yet. Ask Sentinel or the cluster again before the next call.
+            self.router.forget(addr)
         return reply, addr, shard, acked
+
+    def confirmed(self, conn: redis.Redis, args) -> tuple:
+        """The command and `WAIT` in one round trip: (reply, replicas that acknowledged,
+        or None). The server runs the WAIT right after the command (for a blocked
+        ACQUIRE, right after the grant). A WAIT sent after reading the reply can run after
+        the node was demoted and promoted again; it then measures the new replication
+        stream and confirms a grant the node lost when it was demoted."""
+        pipe = conn.pipeline(transaction=False)
+        pipe.execute_command(*args)
+        pipe.execute_command("WAIT", self.need, WAIT_MS)
+        reply, acked = pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply, None if isinstance(acked, Exception) else int(acked)
 
     def op(self, kind: str, key: str, args: list, fields: dict, wait: bool = False) -> dict:
         """Runs a command and logs it as one event of `kind`."""

@@ -903,3 +903,25 @@ def test_timeline_svg_is_well_formed_and_shows_each_configuration(tmp_path):
     # The clean history's panel states its counts: 6 grants, 1 stale write, 1 failover.
     assert any("6 grants" in t and "1 stale" in t and "1 failover" in t for t in texts)
     assert path.stat().st_size < 60_000
+
+
+# --- what the checker found --------------------------------------------------------
+
+
+def test_finding_wait_sent_after_a_role_change_confirms_a_lost_grant():
+    """A real run's history (trimmed to 75 s..100 s, writes left out). w2 sent its
+    blocked ACQUIRE to a primary that was then stopped and failed over; resumed, that node
+    granted it while it still thought itself primary, was demoted, and later promoted
+    again. w2, itself paused meanwhile, read the grant and only then sent WAIT 1, which
+    measured the node's new replication stream and answered 1. The grant had been lost
+    at the demotion: its renew was answered 0 before its deadline. The workers now send
+    WAIT in the same round trip as the command it confirms."""
+    events = checker.load(Path(__file__).parent / "findings" / "wait-after-role-change.jsonl.gz")
+    res = checker.check(events)
+    assert res.rules() == {"c"}
+    (violation,) = res.violations
+    assert "w2's token 917b5d6cdb956e34015ea3f688a8aefb" in violation.message
+    assert "127.0.0.1:20103, primary of 0 throughout, answered its renew 0" in violation.message
+    acquire_event, renew_event = violation.events
+    assert acquire_event["acked"] == 1 and acquire_event["t1"] - acquire_event["t0"] > 5
+    assert renew_event["result"] == 0 and renew_event["t1"] < acquire_event["t0"] + 10
