@@ -232,13 +232,25 @@ def main(argv=None) -> int:
     length = parser.add_mutually_exclusive_group()
     length.add_argument("--minutes", type=float, help="time under faults, all configurations")
     length.add_argument("--seconds", type=float, help="the same in seconds")
-    parser.add_argument("--servers", default=",".join(SERVERS))
-    parser.add_argument("--topologies", default="sentinel,cluster")
-    parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=int(time.time()))
-    parser.add_argument("--module", required=True)
-    parser.add_argument("--out", type=Path, default=Path("target/chaos"))
-    parser.add_argument("--base-port", type=int, default=20000)
+    parser.add_argument(
+        "--servers", default=",".join(SERVERS), help=f"comma-separated, of {', '.join(SERVERS)}"
+    )
+    parser.add_argument(
+        "--topologies", default="sentinel,cluster", help="comma-separated: sentinel, cluster"
+    )
+    parser.add_argument("--workers", type=int, default=16, help="worker processes (16)")
+    parser.add_argument(
+        "--seed", type=int, default=int(time.time()), help="the faults' and workload's choices"
+    )
+    parser.add_argument("--module", required=True, help="the module to load (.so)")
+    parser.add_argument("--out", type=Path, default=Path("target/chaos"), help="output folder")
+    parser.add_argument(
+        "--base-port",
+        type=int,
+        default=20000,
+        help="first port; each configuration takes the next 100 (keep it below 22768: a "
+        "cluster bus port is 10000 above, below the kernel's ephemeral range)",
+    )
     parser.add_argument("--chart", type=Path, help="also write the timeline SVG here")
     parser.add_argument("--summary", type=Path, help="also write the summary table here")
     parser.add_argument(
@@ -257,6 +269,8 @@ def main(argv=None) -> int:
     for kind in kinds:
         if kind not in TOPOLOGIES:
             parser.error(f"unknown topology {kind} (known: {', '.join(TOPOLOGIES)})")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     configs = [(s, k) for s in servers for k in kinds]
     each = total / len(configs)
     out = args.out / time.strftime("%Y%m%d-%H%M%S")
