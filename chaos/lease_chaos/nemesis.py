@@ -281,8 +281,6 @@ class Nemesis(threading.Thread):
         clock_node.set_clock(offset)
         time.sleep(self.rng.uniform(2.0, 5.0))
         clock_node.set_clock(0)
-        # The library reads the file again within 100 ms.
-        time.sleep(0.2)
         shard_of = self.shard_of(clock_node)
         self.fault("clock_step", clock_node.addr, t0, offset_s=offset, shard=shard_of)
 

@@ -174,7 +174,6 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
             if not node.alive():
                 node.start()
         nemesis.settle()
-        time.sleep(0.5)
         observer.poll()
         final = final_state(topology, observer, tags, db_path)
     finally:

@@ -130,9 +130,18 @@ class Node:
             self.proc.wait()
 
     def set_clock(self, offset_s: float) -> None:
-        """Steps this node's wall clock to `offset_s` from the machine's (clockshift
-        reads the file again within 100 ms)."""
+        """Steps this node's wall clock to `offset_s` from the machine's, and returns once
+        the server's TIME shows it (clockshift reads the file again within 100 ms)."""
         self.clock_file.write_text(f"{offset_s:+.3f}\n")
+        wait_until(lambda: self._clock_reads(offset_s), 5, f"{self.name}'s clock to step")
+
+    def _clock_reads(self, offset_s: float) -> bool:
+        try:
+            with self.client(0.5) as conn:
+                seconds, micros = conn.time()
+        except redis.RedisError:
+            return False
+        return abs(seconds + micros / 1e6 - time.time() - offset_s) < 0.05
 
 
 def no_retry() -> Retry:
