@@ -2,9 +2,10 @@
 operation with the time it was invoked and the time it completed.
 
 A job: acquire a lease on one of a few keys (exclusive, shared, or bound to the worker's
-session), confirm it with WAIT, register its fence with both resources at once, then do
-one to three steps of work, each a write to the SQLite resource and one through
-LEASE.FENCE, renewing as it goes, and release. A careful worker renews before each write
+session), confirm it with a WAIT in the same pipeline, register its fence with both
+resources at once, then do one to three steps of work (6 to 14 in a long job), each a
+write to the SQLite resource and one through LEASE.FENCE, renewing as it goes, and
+release. A careful worker renews before each write
 and stops when the renewal says the lease is gone; a naive one writes first and relies on
 the resources rejecting a stale fence. The nemesis may SIGSTOP the process anywhere.
 
