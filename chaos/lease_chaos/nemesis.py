@@ -21,6 +21,8 @@ from .topology import MASTER_NAME, Node, Topology, wait_until
 
 # How long a primary stays stopped, at most, when no failover follows.
 FAILOVER_WAIT_S = 10.0
+# How long a killed primary stays down, at most, waiting for the failover.
+KILLED_WAIT_S = 30.0
 SETTLE_WAIT_S = 30.0
 
 
@@ -196,13 +198,10 @@ class Nemesis(threading.Thread):
         addr = self.observer.primary(shard)
         return self.topology.node_by_addr(addr) if addr else None
 
-    def wait_failover(self, shard: str, old: str) -> bool:
+    def wait_failover(self, shard: str, old: str, timeout: float = FAILOVER_WAIT_S) -> bool:
         try:
             wait_until(
-                lambda: (self.observer.primary(shard) or old) != old,
-                FAILOVER_WAIT_S,
-                "a failover",
-                0.05,
+                lambda: (self.observer.primary(shard) or old) != old, timeout, "a failover", 0.05
             )
             return True
         except TimeoutError:
@@ -233,7 +232,9 @@ class Nemesis(threading.Thread):
         """kill -9, then a restart from its own files once another node is primary."""
         t0 = time.time()
         pid = node.kill()
-        failed_over = self.wait_failover(shard, node.addr)
+        # Restarted before the failover, it would come back as primary from an AOF up to a
+        # second old, and its replicas would drop what WAIT confirmed: wait longer.
+        failed_over = self.wait_failover(shard, node.addr, KILLED_WAIT_S)
         node.start()
         self.fault("kill_primary", node.addr, t0, shard=shard, pid=pid, failed_over=failed_over)
 
