@@ -259,7 +259,7 @@ class SentinelTopology(Topology):
         self.start_data_nodes(
             3, lambda i: [] if i == 0 else [f"replicaof {HOST} {primary_port}"], clock_index=2
         )
-        wait_until(self._replicas_synced, 20, "replicas to sync")
+        wait_until(lambda: leads(self.nodes[0], 2), 20, "replicas to sync")
         for i in range(3):
             port = self.base_port + 10 + i
             directory = self.workdir / f"s{i}"
@@ -284,16 +284,6 @@ class SentinelTopology(Topology):
             self.sentinels.append(node)
             node.start()
         wait_until(self._sentinels_ready, 20, "Sentinels to find each other and the replicas")
-
-    def _replicas_synced(self) -> bool:
-        try:
-            with self.nodes[0].client() as conn:
-                info = conn.info("replication")
-            return info.get("connected_slaves") == 2 and all(
-                info.get(f"slave{i}", {}).get("state") == "online" for i in range(2)
-            )
-        except redis.RedisError:
-            return False
 
     def _sentinels_ready(self) -> bool:
         try:
@@ -348,19 +338,7 @@ class SentinelTopology(Topology):
             views.add(f"{fields['ip']}:{fields['port']}")
         if len(views) != 1:
             return False
-        node = self.node_by_addr(views.pop())
-        if node is None or not node.alive():
-            return False
-        try:
-            with node.client(0.5) as conn:
-                info = conn.info("replication")
-        except redis.RedisError:
-            return False
-        return (
-            info.get("role") == "master"
-            and info.get("connected_slaves") == 2
-            and all(info.get(f"slave{i}", {}).get("state") == "online" for i in range(2))
-        )
+        return leads(self.node_by_addr(views.pop()), 2)
 
 
 class ClusterTopology(Topology):
@@ -410,7 +388,7 @@ class ClusterTopology(Topology):
             for node in self.nodes:
                 with node.client() as conn:
                     nodes = conn.execute_command("CLUSTER", "NODES")
-                lines = [line for line in _text(nodes).splitlines() if line.strip()]
+                lines = [line for line in as_str(nodes).splitlines() if line.strip()]
                 if len(lines) < count or any("handshake" in line for line in lines):
                     return False
             return True
@@ -427,7 +405,7 @@ class ClusterTopology(Topology):
                 continue
             try:
                 with node.client(0.3) as conn:
-                    text = _text(conn.execute_command("CLUSTER", "NODES"))
+                    text = as_str(conn.execute_command("CLUSTER", "NODES"))
             except redis.RedisError:
                 continue
             views.append([line.split() for line in text.splitlines() if line.strip()])
@@ -463,17 +441,14 @@ class ClusterTopology(Topology):
             return False
         for addr, _epoch in current.values():
             node = self.node_by_addr(addr)
-            if node is None or not node.alive():
+            if not leads(node, 1):
                 return False
             try:
                 with node.client(0.5) as conn:
-                    info = conn.info("replication")
-                    state = _text(conn.execute_command("CLUSTER", "INFO"))
+                    state = as_str(conn.execute_command("CLUSTER", "INFO"))
             except redis.RedisError:
                 return False
-            if "cluster_state:ok" not in state or info.get("role") != "master":
-                return False
-            if info.get("connected_slaves") != 1 or info.get("slave0", {}).get("state") != "online":
+            if "cluster_state:ok" not in state:
                 return False
         return True
 
@@ -486,8 +461,29 @@ class ClusterTopology(Topology):
                     slots = conn.execute_command("CLUSTER", "SLOTS")
             except redis.RedisError:
                 continue
-            return [(int(s[0]), int(s[1]), f"{s[2][0]}:{s[2][1]}") for s in slots]
+            return parse_slots(slots)
         return []
+
+
+def leads(node: Node | None, replicas: int) -> bool:
+    """`node` is up, a primary, with `replicas` replicas online."""
+    if node is None or not node.alive():
+        return False
+    try:
+        with node.client(0.5) as conn:
+            info = conn.info("replication")
+    except redis.RedisError:
+        return False
+    return (
+        info.get("role") == "master"
+        and info.get("connected_slaves") == replicas
+        and all(info.get(f"slave{i}", {}).get("state") == "online" for i in range(replicas))
+    )
+
+
+def parse_slots(reply) -> list[tuple[int, int, str]]:
+    """CLUSTER SLOTS as (first slot, last slot, primary's host:port)."""
+    return [(int(s[0]), int(s[1]), f"{as_str(s[2][0])}:{s[2][1]}") for s in reply]
 
 
 def sentinel_master(conn: redis.Redis) -> dict:
@@ -508,7 +504,7 @@ def _owns(slot_fields: list[str], slot: int) -> bool:
     return False
 
 
-def _text(value) -> str:
+def as_str(value) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 

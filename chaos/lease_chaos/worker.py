@@ -25,7 +25,7 @@ import redis
 from redis.cluster import key_slot
 from redis.sentinel import Sentinel
 
-from .topology import MASTER_NAME, no_retry
+from .topology import MASTER_NAME, no_retry, parse_slots
 
 # Socket timeout of every command; BLOCK waits stay below it.
 TIMEOUT_S = 2.5
@@ -105,7 +105,7 @@ class Router:
                     reply = conn.execute_command("CLUSTER", "SLOTS")
             except redis.RedisError:
                 continue
-            self.slots = [(int(s[0]), int(s[1]), f"{_text(s[2][0])}:{s[2][1]}") for s in reply]
+            self.slots = parse_slots(reply)
             return
         raise Unreachable("no cluster node answered CLUSTER SLOTS")
 
@@ -438,10 +438,6 @@ class Worker:
             self.job()
         for session in self.sessions.values():
             self.release(session.key, session.token)
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def main() -> None:
