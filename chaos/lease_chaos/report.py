@@ -40,11 +40,6 @@ ROWS = (
 )
 
 
-def config_name(run: dict) -> str:
-    """`redis-7.0 sentinel`, from a history's `run` header."""
-    return f"{run.get('server', '?')} {run.get('topology', '?')}"
-
-
 def summary_table(results: list[tuple[str, Result]]) -> str:
     kinds = list(FAULT_KINDS)
     for _, res in results:

@@ -215,13 +215,14 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
         for event in events:
             f.write(json.dumps(event, separators=(",", ":")) + "\n")
     result = checker.check(events)
-    print(report.summary_table([(f"{server} {kind}", result)]), flush=True)
+    label = f"{server} {kind}"
+    print(report.summary_table([(label, result)]), flush=True)
     for violation in result.violations[:20]:
         print(f"VIOLATION ({violation.rule}): {violation.message}", flush=True)
     print(f"history: {history}", flush=True)
     for line in failed:
         print(f"{name}: {line}", flush=True)
-    return f"{server} {kind}", result, events, failed
+    return label, result, events, failed
 
 
 def main(argv=None) -> int:
