@@ -362,6 +362,7 @@ fn arrived(ctx: Ctx, name: RString) {
                     lease.apply(None, replaced);
                 }
             }
+            sessions::arrives_ended(db, key_bytes, lease);
             state::fences().observe(lease.fence(), now);
             // A new name: whatever the lease's mark says is about the old one.
             lease.set_index_mark(None);
@@ -542,13 +543,21 @@ fn touch_expired_leases() {
     for (db, key) in due {
         rm::in_db(ctx, db, || {
             let name = OwnedString::new(ctx, &key);
-            let expired = Key::open_read(ctx, name.as_ptr()).is_some_and(
-                |mut k| matches!(k.value::<Lease>(), Slot::Ours(l) if l.has_expired_hold(now)),
-            );
+            let mut session = None;
+            let expired =
+                Key::open_read(ctx, name.as_ptr()).is_some_and(|mut k| match k.value::<Lease>() {
+                    Slot::Ours(l) if l.has_expired_hold(now) => {
+                        session = sessions::session_grant(l);
+                        true
+                    }
+                    _ => false,
+                });
             if expired {
-                // SAFETY: `ctx` is the module's own context, with `db`
-                // selected; `name` is an OwnedString alive here.
-                unsafe { api!(RedisModule_SignalModifiedKey)(ctx, name.as_ptr()) };
+                rm::touch(ctx, name.as_ptr());
+                // A session's bound holds expire with it.
+                if let Some((fence, _)) = session {
+                    sessions::touch_expiring(ctx, db, &key, fence);
+                }
             }
         });
     }

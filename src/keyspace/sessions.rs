@@ -133,9 +133,11 @@ fn each_binding(lease: &Lease, mut change: impl FnMut(&mut BoundIndex, &Binding)
 
 /// The session granted on `key` with `fence` ended at `at_ms` (released,
 /// expired, deleted, overwritten, moved away). Its bound holds are free
-/// from now on by `Lookup`; here the end is noted, clients waiting on bound
-/// keys are offered them at once, and on a primary the keys go to the
-/// reaper. Safe from any callback: it only notes and queues.
+/// from now on by `Lookup`; here the end is noted (and remembered, so the
+/// grant cannot come back), every bound key is touched for `WATCH` as the
+/// change it is, clients waiting on bound keys are offered them at once,
+/// and on a primary the keys go to the reaper. Safe from any callback: it
+/// notes, touches and queues; it writes nothing.
 pub fn ended(ctx: Ctx, db: i32, key: &[u8], fence: u64, at_ms: u64) {
     if !any_bound() {
         return;
@@ -150,7 +152,7 @@ pub fn ended(ctx: Ctx, db: i32, key: &[u8], fence: u64, at_ms: u64) {
         }
     };
     let mut woken = Vec::new();
-    {
+    let bound: Vec<Box<[u8]>> = {
         let mut index = state::bound();
         let Some(keys) = index.end(db, key, fence, at_ms, queue) else {
             return;
@@ -160,10 +162,53 @@ pub fn ended(ctx: Ctx, db: i32, key: &[u8], fence: u64, at_ms: u64) {
                 woken.push((d, k));
             }
         }
-    }
+        keys.keys().cloned().collect()
+    };
+    touch_all(ctx, db, &bound);
     for (d, k) in woken {
         state::wake_later(ctx, d, &k);
     }
+}
+
+/// Touches each of `keys` in `db` for `WATCH` and client tracking.
+fn touch_all(ctx: Ctx, db: i32, keys: &[Box<[u8]>]) {
+    if keys.is_empty() {
+        return;
+    }
+    rm::in_db(ctx, db, || {
+        for k in keys {
+            let name = OwnedString::new(ctx, k);
+            rm::touch(ctx, name.as_ptr());
+        }
+    });
+}
+
+/// The keys bound to the live session grant on `key` with `fence`, touched
+/// for `WATCH`: the grant's deadline has passed and nothing has ended it
+/// yet (the reaper waits out a write pause), but an `EXEC` must see its
+/// holds as changed, as it sees the session key itself.
+pub fn touch_expiring(ctx: Ctx, db: i32, key: &[u8], fence: u64) {
+    if !any_bound() {
+        return;
+    }
+    let keys = state::bound().keys_of(db, key, fence);
+    touch_all(ctx, db, &keys);
+}
+
+/// A lease value arriving under `key` (`RENAME`, `MOVE`, `RESTORE`,
+/// `MIGRATE`): if its fence is that of a session grant which ended here
+/// with holds bound to it, or older, it is that ended session (or an older
+/// value of the name) coming back, and it arrives free with its fence.
+/// Returns whether it did.
+pub fn arrives_ended(db: i32, key: &[u8], lease: &mut Lease) -> bool {
+    if !state::bound().is_buried(db, key, lease.fence()) {
+        return false;
+    }
+    // Not in the session index yet: a value is bound when it has arrived.
+    let shared = lease.shared_holds();
+    lease.apply(None, lease.fence());
+    state::shared_holds_moved(shared, 0);
+    true
 }
 
 /// A session's lease put back under its name (eviction restore): if it is

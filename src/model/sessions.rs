@@ -65,7 +65,22 @@ pub struct BoundIndex {
     /// Sessions that ended with bound holds, for the reaper (primary).
     ended: VecDeque<Ended>,
     holds: u64,
+    /// Session grants that ended here with holds bound to them: by
+    /// database and session key, the highest such grant's fence. A lease
+    /// value arriving under that name with that fence or a lower one is an
+    /// ended session coming back (`RENAME` or `MOVE` back, `RESTORE` of its
+    /// own `DUMP`) and arrives free.
+    tombstones: HashMap<(i32, Box<[u8]>), u64>,
+    /// The tombstones' keys, oldest first, to forget the oldest past
+    /// `MAX_TOMBSTONES`.
+    tombstone_order: VecDeque<(i32, Box<[u8]>)>,
 }
+
+/// How many ended session grants a node remembers: one per session key
+/// name (a newer end on the same name replaces the older), so the workers
+/// of an application that reuses its session names never reach it; past
+/// it, the oldest names are forgotten.
+pub const MAX_TOMBSTONES: usize = 100_000;
 
 impl BoundIndex {
     fn find(&self, db: i32, session: &[u8], fence: u64) -> Option<&Bound> {
@@ -165,6 +180,13 @@ impl BoundIndex {
             return None;
         }
         bound.ended_at = Some(at_ms);
+        bury(
+            &mut self.tombstones,
+            &mut self.tombstone_order,
+            db,
+            session,
+            fence,
+        );
         if !queue {
             return Some(&bound.keys);
         }
@@ -186,6 +208,10 @@ impl BoundIndex {
     /// evicted session put back): it did not end after all. Keys the reaper
     /// has not been handed yet go back to the session.
     pub fn revive(&mut self, db: i32, session: &[u8], fence: u64) {
+        let key = (db, Box::<[u8]>::from(session));
+        if self.tombstones.get(&key) == Some(&fence) {
+            self.tombstones.remove(&key);
+        }
         let queued = self
             .ended
             .iter()
@@ -198,6 +224,26 @@ impl BoundIndex {
         if let Some(Keys::Map(keys)) = ended.map(|e| e.keys) {
             bound.keys = keys;
         }
+    }
+
+    /// Whether a session grant on `session` with `fence` ended here with
+    /// holds bound to it (or a later grant on that name did): a value
+    /// bringing it back arrives free.
+    pub fn is_buried(&self, db: i32, session: &[u8], fence: u64) -> bool {
+        if self.tombstones.is_empty() {
+            return false;
+        }
+        // A lookup by a borrowed name: the map's key is an owned pair.
+        let key = (db, Box::<[u8]>::from(session));
+        self.tombstones.get(&key).is_some_and(|&f| fence <= f)
+    }
+
+    /// The keys bound to a session that has not ended.
+    pub fn keys_of(&self, db: i32, session: &[u8], fence: u64) -> Vec<Box<[u8]>> {
+        self.find(db, session, fence)
+            .filter(|b| b.ended_at.is_none())
+            .map(|b| b.keys.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// The oldest ended session still to reap.
@@ -224,6 +270,9 @@ impl BoundIndex {
     }
 
     /// Forgets one database (`FLUSHDB`), or all (`None`: `FLUSHALL`).
+    /// Tombstones stay: a flush before a load (`DEBUG RELOAD`, a full
+    /// sync) brings the sessions back with their holds, which no arrival
+    /// checks, and what a flush takes does not come back by itself.
     pub fn forget(&mut self, db: Option<i32>) {
         let keep = |d: i32| db.is_some_and(|f| f != d);
         self.sessions.retain(|(d, _), _| keep(*d));
@@ -245,6 +294,43 @@ impl BoundIndex {
         for e in &mut self.ended {
             e.db = swapped(e.db);
         }
+        self.tombstones = std::mem::take(&mut self.tombstones)
+            .into_iter()
+            .map(|((d, k), f)| ((swapped(d), k), f))
+            .collect();
+        for (d, _) in &mut self.tombstone_order {
+            *d = swapped(*d);
+        }
+    }
+}
+
+/// Remembers that the session grant on `session` with `fence` ended (the
+/// fields of `BoundIndex`, borrowed apart from its sessions).
+fn bury(
+    tombstones: &mut HashMap<(i32, Box<[u8]>), u64>,
+    order: &mut VecDeque<(i32, Box<[u8]>)>,
+    db: i32,
+    session: &[u8],
+    fence: u64,
+) {
+    let key = (db, Box::<[u8]>::from(session));
+    match tombstones.get_mut(&key) {
+        Some(f) => *f = (*f).max(fence),
+        None => {
+            order.push_back(key.clone());
+            tombstones.insert(key, fence);
+        }
+    }
+    while tombstones.len() > MAX_TOMBSTONES {
+        let Some(oldest) = order.pop_front() else {
+            break;
+        };
+        tombstones.remove(&oldest);
+    }
+    // Names forgotten by a revive stay in the order list until they come
+    // up; it never holds more than twice the cap.
+    if order.len() > 2 * MAX_TOMBSTONES {
+        order.retain(|k| tombstones.contains_key(k));
     }
 }
 

@@ -559,6 +559,14 @@ pub fn notify(ctx: Ctx, event: &CStr, key: RString) {
     };
 }
 
+/// Touches `key` in the selected database as a change does: clients that
+/// `WATCH` it abort their `EXEC`, client-side caches drop it.
+pub fn touch(ctx: Ctx, key: RString) {
+    // SAFETY: `ctx` and `key` are valid by the handle rule; the call only
+    // marks watchers and tracking clients of that name.
+    unsafe { api!(RedisModule_SignalModifiedKey)(ctx, key) };
+}
+
 /// Propagates `PERSIST key` to replicas and the AOF.
 pub fn replicate_persist(ctx: Ctx, key: RString) {
     // SAFETY: `ctx` and `key` are valid by the handle rule; the format `s`
