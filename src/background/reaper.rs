@@ -246,6 +246,8 @@ fn settle_key(
         return false;
     }
     let own_session = sessions::session_grant(lease);
+    // Read before the prune moves the deadline the mark is kept against.
+    let mark = lease.index_mark();
     let shared_before = lease.shared_holds();
     let delayed_before = lease.extended().map_or(0, |h| h.delayed_until());
     let gone = lease.prune(now, lookup);
@@ -279,6 +281,12 @@ fn settle_key(
     } else if delayed_until < delayed_before && stays {
         // A delay that ended is forgotten, on replicas as here.
         effects::replicate_delay(ctx, name, delayed_until);
+    }
+    // The key's entry goes: the reaper may be here for a session's end,
+    // with that entry still in the index (a popped one is gone already,
+    // and removing it again does nothing).
+    if let Some(at) = mark {
+        state::index().remove(at, db, key_bytes);
     }
     if stays {
         lease.set_index_mark(None);
