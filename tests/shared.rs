@@ -548,6 +548,28 @@ for_each_server!(the_limit_is_forgotten_once_no_hold_is_left, |flavor| {
     );
 });
 
+for_each_server!(
+    a_blocking_shared_acquire_at_max_holders_waits_its_turn,
+    |flavor| {
+        // Without BLOCK the cap is an error; with BLOCK the caller takes its place in the
+        // queue, first come first served, and gets the first room a hold leaves.
+        let server = Server::start(flavor);
+        let mut con = server.client();
+        config_set(&mut con, "lease.max-holders", "2");
+        let rw = |t: &str| Acquire::shared("rw", MINUTE).token(t);
+        rw("a").take(&mut con);
+        rw("b").take(&mut con);
+        assert_refused(&mut con, &["rw"], &rw("c").cmd(), MAX_HOLDERS_ERR);
+        let waiter = queue(&server, &rw("c").block(10_000), 1);
+        waiter.assert_waiting("c at the cap");
+        // Nobody passes the waiter while it waits: a later caller gets nil.
+        rw("d").refused(&mut con);
+        assert_eq!(release(&mut con, "rw", "a"), 1);
+        granted_to(waiter, "c", "c once a holds ends");
+        assert_eq!(info_of(&mut con, "rw").holders, 2);
+    }
+);
+
 for_each_server!(max_holders_caps_the_holds_of_one_key, |flavor| {
     let server = Server::start(flavor);
     let mut con = server.client();
