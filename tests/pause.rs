@@ -25,6 +25,7 @@ use common::calls::{call, digest, int, take, text, NONE};
 use common::cluster::{Cluster, ClusterOptions};
 use common::lease::{lease_info, lease_stat, waiters};
 use common::reply::{assert_ok, error_text, granted};
+use common::session::{bind, session_stats};
 use common::waiter::{raw_blocked_acquire, Waiter};
 use common::{info_number, join, master_and_replica, wait_until, Flavor, Server, ServerOptions};
 use redis::{Connection, Value};
@@ -488,21 +489,33 @@ for_each_server!(
         let (slept, sleeper) = put_to_sleep(&new, sleep);
         let (_, w_deadline) = grant_short(&mut o, "w", SHORT_TTL, "a");
         let waiter = Waiter::queue(&old, "w", 10_000, "b", 0, 1);
+        // A session ending in the pause, with a ttl-0 hold and one with a deadline
+        // of its own bound to it.
+        let (_, session_deadline) = grant_short(&mut o, "sess", SHORT_TTL, "st");
+        bind(&mut o, "b0", 0, "x", "sess", "st");
+        bind(&mut o, "b1", LONG_TTL, "y", "sess", "st");
         let short: Vec<String> = (0..20).map(|i| format!("s{i}")).collect();
         let span = grant_expiring(&mut o, &short);
         assert_ok(call(&mut o, "FAILOVER", ("TIMEOUT", 5_000)), "FAILOVER");
         let began_by = Instant::now();
         assert_before(began_by, &span, "FAILOVER");
         assert_before(began_by, &w_deadline, "FAILOVER");
+        assert_before(began_by, &session_deadline, "FAILOVER");
         sleep_until(span.latest.max(w_deadline.latest) + REAPER_SLACK);
         let failover_state = old.info_field("replication", "master_failover_state");
         let states: Vec<String> = short.iter().map(|k| state(&mut o, k)).collect();
         let w_during = lease_info(&mut o, "w").expect("w during the failover");
+        let bound_during: Vec<i64> = ["b0", "b1"]
+            .iter()
+            .map(|k| lease_info(&mut o, k).map_or(-1, |i| i.holders))
+            .collect();
         let expired_during = lease_stat(&old, "expired");
         assert!(
             Instant::now() < slept + sleep,
             "observed after the replica woke: the machine is too slow for this test"
         );
+        // Free at once though nothing could be written: the session's deadline passed.
+        assert_eq!(bound_during, [0, 0], "b0, b1 holders during the failover");
         assert_eq!(failover_state.as_deref(), Some("waiting-for-sync"));
         assert!(states.iter().all(|s| s == "free"), "{states:?}");
         assert_eq!((w_during.state.as_str(), w_during.waiters), ("free", 1));
@@ -526,9 +539,18 @@ for_each_server!(
             || {
                 lease_info(&mut n, "w").is_none()
                     && short.iter().all(|k| lease_info(&mut n, k).is_none())
+                    && ["sess", "b0", "b1"]
+                        .iter()
+                        .all(|k| lease_info(&mut n, k).is_none())
             },
         );
-        assert_eq!(lease_stat(&new, "expired"), short.len() as u64 + 1);
+        for node in [&new, &old] {
+            wait_until("the session gauges at 0", RESUME_TIMEOUT, || {
+                let stats = session_stats(node);
+                (stats.bound_holds, stats.sessions) == (0, 0)
+            });
+        }
+        assert_eq!(lease_stat(&new, "expired"), short.len() as u64 + 4);
         let kept = lease_info(&mut n, "live").expect("the live lease on the new primary");
         assert_eq!((kept.state.as_str(), kept.fence), ("held", live));
         wait_until(
@@ -571,21 +593,32 @@ for_each_server!(
         let w_key = format!("{tag}:w");
         let (_, w_deadline) = grant_short(&mut con, &w_key, SHORT_TTL, "a");
         let waiter = Waiter::queue(node, &w_key, 10_000, "b", 0, 1);
+        let session_keys = [0, 1, 2].map(|i| format!("{tag}:sess{i}"));
+        let [sess, b0, b1] = &session_keys;
+        let (_, session_deadline) = grant_short(&mut con, sess, SHORT_TTL, "st");
+        bind(&mut con, b0, 0, "x", sess, "st");
+        bind(&mut con, b1, LONG_TTL, "y", sess, "st");
         let short: Vec<String> = (0..20).map(|i| format!("{tag}:s{i}")).collect();
         let span = grant_expiring(&mut con, &short);
         let old = cluster.begin_failover(replica, None);
         let began_by = Instant::now();
         assert_before(began_by, &span, "CLUSTER FAILOVER");
         assert_before(began_by, &w_deadline, "CLUSTER FAILOVER");
+        assert_before(began_by, &session_deadline, "CLUSTER FAILOVER");
         sleep_until(span.latest.max(w_deadline.latest) + REAPER_SLACK);
         let old_role = role(node);
         let states: Vec<String> = short.iter().map(|k| state(&mut con, k)).collect();
         let w_during = lease_info(&mut con, &w_key).expect("w during the failover");
+        let bound_during: Vec<i64> = [b0, b1]
+            .iter()
+            .map(|k| lease_info(&mut con, k).map_or(-1, |i| i.holders))
+            .collect();
         let expired_during = lease_stat(node, "expired");
         assert!(
             Instant::now() < slept + sleep,
             "observed after master 1 woke: the machine is too slow for this test"
         );
+        assert_eq!(bound_during, [0, 0], "bound holders during the failover");
         assert_eq!(old_role, "master", "master 0 before the vote");
         // Expired yet neither reaped nor handed over: the reaper saw writes paused.
         assert!(states.iter().all(|s| s == "free"), "{states:?}");
@@ -616,8 +649,15 @@ for_each_server!(
             || {
                 lease_info(&mut p, &w_key).is_none()
                     && short.iter().all(|k| lease_info(&mut p, k).is_none())
+                    && session_keys.iter().all(|k| lease_info(&mut p, k).is_none())
             },
         );
+        for n in [promoted, node] {
+            wait_until("the session gauges at 0", RESUME_TIMEOUT, || {
+                let stats = session_stats(n);
+                (stats.bound_holds, stats.sessions) == (0, 0)
+            });
+        }
         let kept = lease_info(&mut p, &live_key).expect("the live lease after failover");
         assert_eq!((kept.state.as_str(), kept.fence), ("held", live));
         assert_in_step(promoted, node);
