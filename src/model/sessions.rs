@@ -422,6 +422,67 @@ mod tests {
     }
 
     #[test]
+    fn an_ended_grant_is_remembered_by_name_and_fence() {
+        let mut index = BoundIndex::default();
+        let s = session(b"s", 7);
+        index.bind(0, b"a", &s);
+        assert!(!index.is_buried(0, b"s", 7), "live");
+        assert!(index.end(0, b"s", 7, 1000, true).is_some());
+        // That grant and older values of the name; not a newer grant, not
+        // another name or database.
+        assert!(index.is_buried(0, b"s", 7));
+        assert!(index.is_buried(0, b"s", 6));
+        assert!(!index.is_buried(0, b"s", 8));
+        assert!(!index.is_buried(0, b"t", 7));
+        assert!(!index.is_buried(1, b"s", 7));
+        // Remembered after its holds are gone, and after a flush.
+        index.unbind(0, b"a", &s);
+        index.forget(None);
+        assert!(index.is_buried(0, b"s", 7));
+        // A later end on the name raises the fence; a swap moves it.
+        let later = session(b"s", 9);
+        index.bind(0, b"b", &later);
+        index.end(0, b"s", 9, 2000, true);
+        assert!(index.is_buried(0, b"s", 8));
+        index.swap(0, 3);
+        assert!(index.is_buried(3, b"s", 9) && !index.is_buried(0, b"s", 9));
+    }
+
+    #[test]
+    fn a_session_without_bound_holds_leaves_no_tombstone() {
+        let mut index = BoundIndex::default();
+        assert!(index.end(0, b"s", 7, 1000, true).is_none());
+        assert!(!index.is_buried(0, b"s", 7));
+    }
+
+    #[test]
+    fn an_evicted_session_put_back_is_not_buried() {
+        let mut index = BoundIndex::default();
+        let s = session(b"s", 7);
+        index.bind(0, b"a", &s);
+        index.end(0, b"s", 7, 1000, true);
+        index.revive(0, b"s", 7);
+        assert!(!index.is_buried(0, b"s", 7));
+    }
+
+    #[test]
+    fn tombstones_are_capped_oldest_first() {
+        let mut index = BoundIndex::default();
+        for i in 0..MAX_TOMBSTONES + 10 {
+            let name = format!("s{i}");
+            let s = session(name.as_bytes(), 1);
+            index.bind(0, b"a", &s);
+            index.end(0, name.as_bytes(), 1, 1000, false);
+            index.unbind(0, b"a", &s);
+        }
+        assert!(!index.is_buried(0, b"s0", 1), "the oldest is forgotten");
+        assert!(index.is_buried(0, b"s10", 1));
+        let last = format!("s{}", MAX_TOMBSTONES + 9);
+        assert!(index.is_buried(0, last.as_bytes(), 1));
+        assert_eq!(index.tombstones.len(), MAX_TOMBSTONES);
+    }
+
+    #[test]
     fn flush_and_swap() {
         let mut index = BoundIndex::default();
         index.bind(0, b"a", &session(b"s", 1));
