@@ -352,41 +352,44 @@ for_each_server!(
 // ---------------------------------------------------------------------------------------
 // Eviction
 
-for_each_server!(volatile_lru_never_takes_a_session_or_its_bound_keys, |flavor| {
-    let server = Server::start(flavor);
-    let mut con = server.client();
-    take(&mut con, "s", MINUTE, "st");
-    for i in 0..20 {
-        bind(&mut con, &format!("j{i}"), 0, "a", "s", "st");
-    }
-    config_set(&mut con, "maxmemory", "20mb");
-    config_set(&mut con, "maxmemory-policy", "volatile-lru");
-    // Cache keys with a TTL, 1 KB each, until the server has evicted some of them.
-    let value = vec![b'v'; 1024];
-    let evicted = || common::info_number(&server, "stats", "evicted_keys");
-    let mut batch = 0;
-    while evicted() == 0 {
-        assert!(batch < 200, "nothing evicted after {batch} batches");
-        let mut pipe = redis::pipe();
-        for i in 0..500 {
-            pipe.cmd("SET")
-                .arg(format!("cache:{batch}:{i}"))
-                .arg(&value[..])
-                .arg("EX")
-                .arg(3600)
-                .ignore();
+for_each_server!(
+    volatile_lru_never_takes_a_session_or_its_bound_keys,
+    |flavor| {
+        let server = Server::start(flavor);
+        let mut con = server.client();
+        take(&mut con, "s", MINUTE, "st");
+        for i in 0..20 {
+            bind(&mut con, &format!("j{i}"), 0, "a", "s", "st");
         }
-        pipe.query::<()>(&mut con)
-            .unwrap_or_else(|e| panic!("fill batch {batch}: {e}"));
-        batch += 1;
+        config_set(&mut con, "maxmemory", "20mb");
+        config_set(&mut con, "maxmemory-policy", "volatile-lru");
+        // Cache keys with a TTL, 1 KB each, until the server has evicted some of them.
+        let value = vec![b'v'; 1024];
+        let evicted = || common::info_number(&server, "stats", "evicted_keys");
+        let mut batch = 0;
+        while evicted() == 0 {
+            assert!(batch < 200, "nothing evicted after {batch} batches");
+            let mut pipe = redis::pipe();
+            for i in 0..500 {
+                pipe.cmd("SET")
+                    .arg(format!("cache:{batch}:{i}"))
+                    .arg(&value[..])
+                    .arg("EX")
+                    .arg(3600)
+                    .ignore();
+            }
+            pipe.query::<()>(&mut con)
+                .unwrap_or_else(|e| panic!("fill batch {batch}: {e}"));
+            batch += 1;
+        }
+        assert_eq!(renew(&mut con, "s", "st", MINUTE), 1, "RENEW s");
+        assert_eq!(bound_count(&mut con, "s"), 20);
+        for i in 0..20 {
+            let j = lease_info(&mut con, &format!("j{i}")).expect("a bound key");
+            assert_eq!((j.state.as_str(), j.holders), ("held", 1), "j{i}: {j:?}");
+        }
+        assert_eq!(lease_stat(&server, "evicted"), 0);
+        let stats = session_stats(&server);
+        assert_eq!((stats.bound_holds, stats.sessions), (20, 1), "{stats:?}");
     }
-    assert_eq!(renew(&mut con, "s", "st", MINUTE), 1, "RENEW s");
-    assert_eq!(bound_count(&mut con, "s"), 20);
-    for i in 0..20 {
-        let j = lease_info(&mut con, &format!("j{i}")).expect("a bound key");
-        assert_eq!((j.state.as_str(), j.holders), ("held", 1), "j{i}: {j:?}");
-    }
-    assert_eq!(lease_stat(&server, "evicted"), 0);
-    let stats = session_stats(&server);
-    assert_eq!((stats.bound_holds, stats.sessions), (20, 1), "{stats:?}");
-});
+);

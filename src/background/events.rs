@@ -527,10 +527,24 @@ unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     // SAFETY: `fctx` is the filter context Redis passed this call; an index
     // past the arguments answers null.
     let name = unsafe { api!(RedisModule_CommandFilterArgGet)(fctx, 0) };
-    if name.is_null() || !rm::bytes(&name).eq_ignore_ascii_case(b"EXEC") {
+    if name.is_null() {
         return;
     }
-    rm::guard("EXEC filter", || (), touch_expired_leases);
+    let name = rm::bytes(&name);
+    if name.eq_ignore_ascii_case(b"EXEC") {
+        rm::guard("EXEC filter", || (), touch_expired_leases);
+    } else if !sessions::watched() {
+        // SAFETY: `fctx` is the filter context Redis passed this call; an
+        // index past the arguments answers null.
+        let sub = || unsafe { api!(RedisModule_CommandFilterArgGet)(fctx, 1) };
+        if name.eq_ignore_ascii_case(b"WATCH")
+            || (name.eq_ignore_ascii_case(b"CLIENT")
+                && !sub().is_null()
+                && rm::bytes(&sub()).eq_ignore_ascii_case(b"TRACKING"))
+        {
+            sessions::note_watched();
+        }
+    }
 }
 
 fn touch_expired_leases() {

@@ -162,7 +162,10 @@ pub fn ended(ctx: Ctx, db: i32, key: &[u8], fence: u64, at_ms: u64) {
                 woken.push((d, k));
             }
         }
-        keys.keys().cloned().collect()
+        match watched() {
+            true => keys.keys().cloned().collect(),
+            false => Vec::new(),
+        }
     };
     touch_all(ctx, db, &bound);
     for (d, k) in woken {
@@ -170,9 +173,25 @@ pub fn ended(ctx: Ctx, db: i32, key: &[u8], fence: u64, at_ms: u64) {
     }
 }
 
+/// Whether a client has used `WATCH` or client tracking on this node since
+/// the module loaded: until one has, nobody can see a key touched, and a
+/// session's end skips touching its bound keys (about 0.4 µs a key: 40 ms
+/// for a session with 100,000 bound holds).
+static WATCHED: AtomicBool = AtomicBool::new(false);
+
+pub fn watched() -> bool {
+    WATCHED.load(Ordering::Relaxed)
+}
+
+/// A client sent `WATCH` or `CLIENT TRACKING` (the command filter sees it
+/// before the server runs it): from now on, ends touch their keys.
+pub fn note_watched() {
+    WATCHED.store(true, Ordering::Relaxed);
+}
+
 /// Touches each of `keys` in `db` for `WATCH` and client tracking.
 fn touch_all(ctx: Ctx, db: i32, keys: &[Box<[u8]>]) {
-    if keys.is_empty() {
+    if keys.is_empty() || !watched() {
         return;
     }
     rm::in_db(ctx, db, || {
@@ -188,7 +207,7 @@ fn touch_all(ctx: Ctx, db: i32, keys: &[Box<[u8]>]) {
 /// yet (the reaper waits out a write pause), but an `EXEC` must see its
 /// holds as changed, as it sees the session key itself.
 pub fn touch_expiring(ctx: Ctx, db: i32, key: &[u8], fence: u64) {
-    if !any_bound() {
+    if !any_bound() || !watched() {
         return;
     }
     let keys = state::bound().keys_of(db, key, fence);
