@@ -393,3 +393,33 @@ for_each_server!(
         assert_eq!((stats.bound_holds, stats.sessions), (20, 1), "{stats:?}");
     }
 );
+
+// ---------------------------------------------------------------------------------------
+// A bound key that arrives without its session
+
+for_each_server!(
+    a_bound_key_arriving_without_its_session_is_settled_at_once,
+    |flavor| {
+        let a = Server::start(flavor);
+        let b = Server::start(flavor);
+        let mut on_a = a.client();
+        take(&mut on_a, "s", MINUTE, "st");
+        bind(&mut on_a, "j", MINUTE, "a", "s", "st");
+        let payload = dump(&mut on_a, "j");
+        let mut on_b = b.client();
+        assert_ok(
+            call(&mut on_b, "RESTORE", ("j", 0, payload.as_slice())),
+            "RESTORE j",
+        );
+        // Free at once, and deleted by the reaper within a few ticks, not at the hold's
+        // own deadline a minute away.
+        assert!(!lease_info(&mut on_b, "j").is_some_and(|i| i.holders > 0));
+        wait_until("the reaper to delete j", Duration::from_secs(2), || {
+            !exists(&mut on_b, "j")
+        });
+        wait_until("b's gauges at 0", WAIT, || {
+            let stats = session_stats(&b);
+            stats.bound_holds == 0 && lease_stat(&b, "indexed_deadlines") == 0
+        });
+    }
+);

@@ -369,7 +369,13 @@ fn arrived(ctx: Ctx, name: RString) {
             sessions::bind_all(db, key_bytes, lease);
             if lease.deadline().is_some() {
                 state::index_lease(db, key_bytes, lease);
-            } else if state::is_primary() {
+            }
+            // A free one at once, and one with bound holds too: their
+            // session may not be here (it ended, or has yet to arrive), and
+            // a hold it freed is the reaper's to settle now, not at the
+            // hold's own deadline. A live one is put back at its deadline.
+            let bound = lease.bound_holds() > 0;
+            if (bound || lease.deadline().is_none()) && state::is_primary() {
                 state::index().insert(now, db, key_bytes);
             }
         }
