@@ -518,7 +518,8 @@ pub fn filter_commands(ctx: Ctx) -> Result<(), String> {
 /// deletes it (which does touch watched keys) at that deadline, an event
 /// loop turn later at best: so before every `EXEC`, the leases whose
 /// deadline has passed and that the reaper has not reached yet are touched
-/// as a deletion would touch them.
+/// as a deletion would touch them. And a `MIGRATE` is given its session
+/// groups whole (`migrate.rs`).
 ///
 /// # Safety
 /// `fctx` is a command filter context, valid for the call.
@@ -526,7 +527,15 @@ unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     // SAFETY: `fctx` is the filter context Redis passed this call; an index
     // past the arguments answers null.
     let name = unsafe { api!(RedisModule_CommandFilterArgGet)(fctx, 0) };
-    if name.is_null() || !rm::bytes(&name).eq_ignore_ascii_case(b"EXEC") {
+    if name.is_null() {
+        return;
+    }
+    let name = rm::bytes(&name);
+    if name.eq_ignore_ascii_case(b"MIGRATE") {
+        // SAFETY: `fctx` is this call's filter context, kept by nothing.
+        return unsafe { super::migrate::on_migrate(fctx) };
+    }
+    if !name.eq_ignore_ascii_case(b"EXEC") {
         return;
     }
     rm::guard("EXEC filter", || (), touch_expired_leases);
