@@ -525,7 +525,9 @@ pub fn filter_commands(ctx: Ctx) -> Result<(), String> {
 /// deletes it (which does touch watched keys) at that deadline, an event
 /// loop turn later at best: so before every `EXEC`, the leases whose
 /// deadline has passed and that the reaper has not reached yet are touched
-/// as a deletion would touch them.
+/// as a deletion would touch them. A `MIGRATE` is given its session groups
+/// whole (`migrate.rs`). And the first `WATCH` or `CLIENT TRACKING` is
+/// noted: from then on a session's end touches its bound keys.
 ///
 /// # Safety
 /// `fctx` is a command filter context, valid for the call.
@@ -537,6 +539,10 @@ unsafe extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
         return;
     }
     let name = rm::bytes(&name);
+    if name.eq_ignore_ascii_case(b"MIGRATE") {
+        // SAFETY: `fctx` is this call's filter context, kept by nothing.
+        return unsafe { super::migrate::on_migrate(fctx) };
+    }
     if name.eq_ignore_ascii_case(b"EXEC") {
         rm::guard("EXEC filter", || (), touch_expired_leases);
     } else if !sessions::watched() {

@@ -4,5 +4,6 @@
 
 pub mod events;
 pub mod eviction;
+pub mod migrate;
 pub mod reaper;
 pub mod waiters;

@@ -10,4 +10,5 @@ pub mod error;
 pub mod holds;
 pub mod index;
 pub mod lease;
+pub mod migrate;
 pub mod sessions;

@@ -334,6 +334,19 @@ fn bury(
     }
 }
 
+impl BoundIndex {
+    /// The keys holding holds bound to the session granted on `session`
+    /// with `fence` in `db`, while that session has not ended: what must
+    /// move with it (a `MIGRATE` takes the group whole). Nothing once it
+    /// ended (its keys went to the reaper) or with nothing bound.
+    pub fn bound_keys(&self, db: i32, session: &[u8], fence: u64) -> impl Iterator<Item = &[u8]> {
+        self.find(db, session, fence)
+            .filter(|b| b.ended_at.is_none())
+            .into_iter()
+            .flat_map(|b| b.keys.keys().map(|k| &**k))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,5 +509,49 @@ mod tests {
         );
         index.forget(None);
         assert_eq!(index.holds(), 0);
+    }
+
+    #[test]
+    fn bound_keys_are_a_live_sessions_group() {
+        let mut index = BoundIndex::default();
+        let s = session(b"s", 7);
+        index.bind(0, b"a", &s);
+        index.bind(0, b"a", &s);
+        index.bind(0, b"b", &s);
+        index.bind(1, b"c", &s);
+        index.bind(0, b"d", &session(b"other", 7));
+        let keys = |index: &BoundIndex, db, name: &[u8], fence| {
+            let mut keys: Vec<Vec<u8>> = index
+                .bound_keys(db, name, fence)
+                .map(<[u8]>::to_vec)
+                .collect();
+            keys.sort();
+            keys
+        };
+        // (db, session, fence) -> its keys, each once.
+        type Case = (i32, &'static [u8], u64, Vec<&'static [u8]>);
+        let cases: [Case; 5] = [
+            (0, b"s", 7, vec![b"a", b"b"]),
+            (1, b"s", 7, vec![b"c"]),
+            (0, b"other", 7, vec![b"d"]),
+            (0, b"s", 8, vec![]),
+            (2, b"s", 7, vec![]),
+        ];
+        for (db, name, fence, want) in cases {
+            let want: Vec<Vec<u8>> = want.into_iter().map(<[u8]>::to_vec).collect();
+            assert_eq!(keys(&index, db, name, fence), want, "{db} {name:?} {fence}");
+        }
+        // A key goes with its last bound hold.
+        index.unbind(0, b"a", &s);
+        assert_eq!(keys(&index, 0, b"s", 7), [b"a".to_vec(), b"b".to_vec()]);
+        index.unbind(0, b"a", &s);
+        assert_eq!(keys(&index, 0, b"s", 7), [b"b".to_vec()]);
+        // An ended session has no group; one revived has it again.
+        assert!(index.end(0, b"s", 7, 1000, true).is_some());
+        assert!(keys(&index, 0, b"s", 7).is_empty());
+        index.revive(0, b"s", 7);
+        assert_eq!(keys(&index, 0, b"s", 7), [b"b".to_vec()]);
+        assert!(index.end(0, b"s", 7, 2000, false).is_some());
+        assert!(keys(&index, 0, b"s", 7).is_empty(), "ended, not queued");
     }
 }

@@ -56,6 +56,8 @@ macro_rules! api {
 }
 pub(crate) use api;
 
+pub mod filter;
+
 pub type Ctx = *mut raw::RedisModuleCtx;
 
 const OK: c_int = raw::REDISMODULE_OK as c_int;

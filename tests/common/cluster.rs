@@ -417,7 +417,9 @@ impl Cluster {
     /// does: IMPORTING on `to`, MIGRATING on the owner, `MIGRATE ... KEYS` in batches
     /// (DUMP on the source, RESTORE-ASKING on `to`), then `SETSLOT NODE` on `to`, the
     /// source and every other master. `before_close` runs while the slot is still
-    /// migrating and its keys have moved (for ASK checks). Returns the keys moved.
+    /// migrating and its keys have moved (for ASK checks). Returns the keys moved: those
+    /// in the slot when it starts, since a batch can carry more keys than it names (the
+    /// module adds a session's whole group), which later batches then do not list.
     pub fn migrate_slot<F: FnOnce(&Cluster, usize, usize)>(
         &self,
         slot: u16,
@@ -436,7 +438,15 @@ impl Cluster {
             &["CLUSTER", "SETSLOT", &s, "MIGRATING", &self.ids[to]],
         );
         let port = self.nodes[to].port.to_string();
-        let mut moved = Vec::new();
+        let count = match query(&self.nodes[from], &["CLUSTER", "COUNTKEYSINSLOT", &s]) {
+            Value::Int(n) => n.to_string(),
+            other => panic!("CLUSTER COUNTKEYSINSLOT answered {other:?}"),
+        };
+        let moved: Vec<String> =
+            match query(&self.nodes[from], &["CLUSTER", "GETKEYSINSLOT", &s, &count]) {
+                Value::Array(keys) => keys.into_iter().map(text).collect(),
+                other => panic!("CLUSTER GETKEYSINSLOT answered {other:?}"),
+            };
         loop {
             let keys: Vec<String> =
                 match query(&self.nodes[from], &["CLUSTER", "GETKEYSINSLOT", &s, "100"]) {
@@ -449,7 +459,6 @@ impl Cluster {
             let mut args: Vec<&str> = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
             args.extend(keys.iter().map(String::as_str));
             expect_ok(&self.nodes[from], &args);
-            moved.extend(keys);
         }
         before_close(self, from, to);
         let to_id = self.ids[to].clone();
