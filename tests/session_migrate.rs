@@ -20,7 +20,7 @@ use std::time::Duration;
 use common::calls::{call, exists, int, renew, select, strings, take, text, NONE};
 use common::cluster::{key_slot, Cluster};
 use common::holds::{holder_fences, holders};
-use common::lease::lease_stat;
+use common::lease::{lease_info, lease_stat};
 use common::reply::{error_text, pairs};
 use common::session::{assert_bound, bind, bind_many, bind_shared, bound_count, session_stats};
 use common::waiter::Waiter;
@@ -195,15 +195,38 @@ for_each_server!(the_single_key_form_moves_the_whole_group, |flavor| {
     assert_migrated(reply, "MIGRATE of the session key");
     assert_group_here(&b, &mut on_b, S, &world, "on the target");
     assert_group_gone(&a, &mut on_a, &world, "after the session key's MIGRATE");
-    // ...and back by one of its bound keys.
+    // ...and back by one of its bound keys, whole again, to a third node.
+    let c = Server::start(flavor);
+    let mut on_c = c.client();
     let reply = call(
         &mut on_b,
         "MIGRATE",
-        ("127.0.0.1", a.port, job(7), 0, 5_000),
+        ("127.0.0.1", c.port, job(7), 0, 5_000),
     );
     assert_migrated(reply, "MIGRATE of a bound key");
-    assert_group_here(&a, &mut on_a, S, &world, "back on the source");
+    assert_group_here(&c, &mut on_c, S, &world, "on the third node");
     assert_group_gone(&b, &mut on_b, &world, "after the bound key's MIGRATE");
+    // Back to the node it first left, the session grant arrives ended: it ended
+    // there once, and a node never takes an ended session back
+    // (tests/session_returns.rs). Its holder learns it at its next renewal.
+    let reply = call(&mut on_c, "MIGRATE", ("127.0.0.1", a.port, S, 0, 5_000));
+    assert_migrated(reply, "MIGRATE back to the first node");
+    assert_group_gone(&c, &mut on_c, &world, "after the MIGRATE back");
+    assert_eq!(
+        renew(&mut on_a, S, ST, MINUTE),
+        0,
+        "RENEW back on the first node"
+    );
+    for (key, _) in &world {
+        assert!(
+            !lease_info(&mut on_a, key).is_some_and(|i| i.holders > 0),
+            "{key} back on the first node"
+        );
+    }
+    wait_until("the first node's session gauges at 0", WAIT, || {
+        let stats = session_stats(&a);
+        stats.bound_holds == 0 && stats.sessions == 0
+    });
 });
 
 // ---------------------------------------------------------------------------------------
