@@ -8,10 +8,12 @@ same generic way, so a recorded run can be checked clean and then doctored.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gzip
 import itertools
 import json
+import math
 import random
 import time
 import xml.etree.ElementTree as ET
@@ -1351,6 +1353,7 @@ def test_a_history_loaded_from_gzip_is_checked_and_doctored(tmp_path):
 
 
 RECORDED = sorted(HISTORIES.glob("*.jsonl.gz"))
+FINDING = Path(__file__).parent / "findings" / "wait-after-role-change.jsonl.gz"
 
 
 @functools.cache
@@ -1376,6 +1379,328 @@ def test_a_large_history_checks_in_seconds():
     res = checker.check(events)
     assert res.ok
     assert time.monotonic() - started < 10
+
+
+# --- planted violations: each kind of the review's table, in every recorded history ---
+#
+# An independent review planted violations by hand into real recorded histories, and the
+# checker accepted them all. Each `plant_*` below plants one kind at up to POSITIONS places
+# spread over a history, each a copy of the history (the other events shared), and each
+# copy must be rejected by the rule named for that kind; the history as recorded passes.
+
+POSITIONS = 10
+# A planted operation is put where no sign of a change of its node's data (a promotion,
+# a kill, a change of role or replication ID) is this near.
+QUIET_S = 1.5
+
+
+def spread(found: list, count: int = POSITIONS) -> list:
+    """count of found, spread evenly over them (all of them when fewer)."""
+    if len(found) <= count:
+        return list(found)
+    return [found[i * len(found) // count] for i in range(count)]
+
+
+def changed(events, added=(), removed=(), replaced=()):
+    """A copy of events with some added, some removed and some replaced (by identity)."""
+    gone = {id(e) for e in removed}
+    swap = {id(old): new for old, new in replaced}
+    return [swap.get(id(e), e) for e in events if id(e) not in gone] + list(added)
+
+
+class Recorded:
+    """A recorded history and what the doctors need to know of it."""
+
+    def __init__(self, events):
+        self.events = events
+        self.h = checker._History(events)
+        self.workers = int(self.h.run.get("workers") or 16)
+        # When each node's data may have changed, as intervals.
+        self.changes = defaultdict(list)
+        for e in events:
+            kind = e.get("type")
+            if kind == "primary" or kind == "server_exit":
+                self.changes[e["node"]].append((e["t"], e["t"]))
+            elif kind == "node":
+                self.changes[e["node"]].append((e.get("since") or -math.inf, e["t"]))
+            elif kind == "fault" and e.get("kind") == "kill_primary":
+                self.changes[e["target"]].append((e["t0"], e["t1"]))
+        self.grants_on = defaultdict(list)
+        for g in self.h.grants:
+            self.grants_on[g.key].append(g)
+        self.writes = {
+            (w.get("kind"), w.get("resource"), w["value"]): w
+            for w in self.h.ops
+            if w["type"] == "write" and w.get("value") is not None
+        }
+
+    def quiet(self, node, t0, t1) -> bool:
+        return not any(
+            a <= t1 + QUIET_S and b >= t0 - QUIET_S for a, b in self.changes.get(node, ())
+        )
+
+    def older_writer(self, key, fence, before):
+        """The exclusive grant on key with the highest fence below `fence`, granted before
+        `before`: the holder a newer grant took the key from."""
+        older = [
+            g
+            for g in self.grants_on[key]
+            if g.exclusive and g.fence < fence and checker.end(g.acquire) < before
+        ]
+        return max(older, key=lambda g: g.fence, default=None)
+
+    def other_worker(self, worker: str) -> str:
+        return f"w{(int(worker[1:]) + 1) % self.workers}"
+
+
+@functools.cache
+def recorded(path: Path) -> Recorded:
+    return Recorded(load_recorded(path))
+
+
+def _written_by(rec, older, like, t0, i, **fields):
+    """The older holder's write of its older fence, accepted where `like` was."""
+    write = {
+        **like,
+        "proc": older.proc,
+        "key": older.key,
+        "token": older.token,
+        "fence": older.fence,
+        "value": f"{older.proc}:planted-{i}",
+        "register": False,
+        "read": False,
+        "result": "ok",
+        "t0": t0,
+        "t1": t0 + 0.002,
+        **fields,
+    }
+    for kept_out in ("n", "error", "highest", "refused"):
+        write.pop(kept_out, None)
+    return write
+
+
+def _in_log(rec, log, write, node):
+    """The log with `write` put where the real-time order puts it, if the entries around
+    that place were accepted by `node` (so the node's data there is the data that
+    survived); None otherwise."""
+    entries = log["entries"]
+    kind, resource = log["kind"], log["resource"]
+    written = [rec.writes.get((kind, resource, value)) for _, value in entries]
+    at = next(
+        (i for i, w in enumerate(written) if w is not None and w["t0"] > write["t1"]),
+        len(entries),
+    )
+    around = [w for w in written[max(at - 1, 0) : at + 1] if w is not None]
+    if node is not None and any(w.get("node") != node for w in around):
+        return None
+    return {**log, "entries": [*entries[:at], [write["fence"], write["value"]], *entries[at:]]}
+
+
+def plant_stale_write_after_register(rec, kind="redis"):
+    """A stale write accepted right after a newer holder's register: for registers (the
+    first fenced operation of an exclusive grant) accepted on `kind` resources, the
+    previous holder's write with its older fence, accepted by the same node 1 ms after.
+    The register raised the fence with no value, so the final log alone cannot show it."""
+    h, found = rec.h, []
+    for g in h.grants:
+        first = next(
+            (
+                w
+                for w in h.holds[(g.key, g.token)]
+                if w["type"] == "write" and w.get("kind") == kind and w.get("fence") == g.fence
+            ),
+            None,
+        )
+        if not g.exclusive or first is None or first.get("value") is not None:
+            continue
+        older = rec.older_writer(g.key, g.fence, first["t0"])
+        if checker.result(first) != "ok" or older is None:
+            continue
+        if kind == "redis" and not rec.quiet(first["node"], first["t0"], first["t1"] + 0.01):
+            continue
+        found.append((first, older))
+    plants = []
+    for i, (register, older) in enumerate(spread(found)):
+        stale = _written_by(rec, older, register, register["t1"] + 0.001, i)
+        log = rec.h.logs[(kind, register["resource"])]
+        kept = _in_log(rec, log, stale, register.get("node"))
+        if kept is None:
+            stale["acked"] = None  # lost with its node's data: not confirmed either
+            plants.append(changed(rec.events, added=[stale]))
+        else:
+            plants.append(changed(rec.events, added=[stale], replaced=[(log, kept)]))
+    return plants
+
+
+def plant_older_fence_then_lost(rec):
+    """The same primary accepts an older fence after a newer one, then that write is lost
+    in a failover: for operations accepted by a primary less than 5 s before it was failed
+    over, the previous holder's write with its older fence, accepted by that primary 1 ms
+    after, unconfirmed, and in no final log."""
+    h, found = rec.h, []
+    times, nodes = h.primaries._times, h.primaries._nodes
+    for w in h.ops:
+        if w["type"] != "write" or w.get("kind") != "redis" or checker.result(w) != "ok":
+            continue
+        shard, node = str(w.get("shard")), w.get("node")
+        i = bisect.bisect_right(times.get(shard, []), w["t1"])
+        if i == 0 or i == len(times[shard]) or nodes[shard][i - 1] != node:
+            continue
+        if not (w["t1"] + 0.05 < times[shard][i] < w["t1"] + 5):
+            continue  # no failover of this primary soon after
+        older = rec.older_writer(w["key"], w["fence"], w["t0"])
+        if older is None or not rec.quiet(node, w["t0"], w["t1"] + 0.01):
+            continue
+        found.append((w, older))
+    return [
+        changed(rec.events, added=[_written_by(rec, older, w, w["t1"] + 0.001, i, acked=None)])
+        for i, (w, older) in enumerate(spread(found))
+    ]
+
+
+def plant_overlapping_grants(rec):
+    """Two confirmed grants of different tokens on one key, overlapping in real time: for
+    confirmed exclusive grants certainly live for at least 0.5 s, another worker's grant
+    of the key (fence one above), confirmed, 0.1 s into it, released 0.2 s later."""
+    found = []
+    for g in rec.h.grants:
+        began, until = checker.end(g.acquire), g.live_until - checker.CLOCK_MARGIN_S
+        if not (g.durable and g.exclusive and until - began >= 0.5):
+            continue
+        above = [o.fence for o in rec.grants_on[g.key] if o.fence > g.fence]
+        if above and min(above) <= g.fence + 1:
+            continue  # no fence free between this grant and the next
+        if rec.h.clock_stepped(g.acquire.get("shard"), g.acquire["t0"] - 1, until + 1):
+            continue
+        found.append(g)
+    plants = []
+    for i, g in enumerate(spread(found)):
+        began, worker = checker.end(g.acquire), rec.other_worker(g.proc)
+        where = {"key": g.key, "node": g.acquire.get("node"), "shard": g.acquire.get("shard")}
+        need = g.acquire.get("need") or 1
+        plants.append(
+            changed(
+                rec.events,
+                added=[
+                    acquire(
+                        worker,
+                        "",
+                        f"planted{i}",
+                        g.fence + 1,
+                        0,
+                        ttl=1500,
+                        acked=need,
+                        need=need,
+                    )
+                    | where
+                    | {"block": 1000, "t0": began + 0.1, "t1": began + 0.105},
+                    release(worker, "", f"planted{i}", 0)
+                    | where
+                    | {"t0": began + 0.3, "t1": began + 0.301},
+                ],
+            )
+        )
+    return plants
+
+
+def plant_register_dropped(rec):
+    """A register dropped from the history while a later STALE reply cites its fence: for
+    redis refusals whose named fence only one operation, a register, had presented
+    before, that register removed (and its invocation, if recorded)."""
+    h = rec.h
+    presented = defaultdict(list)
+    for w in h.ops:
+        if w["type"] == "write" and checker.result(w) in ("ok", "error"):
+            presented[(w.get("kind"), w.get("resource"), w.get("fence"))].append(w)
+    found = {}
+    for z in h.ops:
+        named = checker.STALE_REPLY.match(z.get("error") or "")
+        if z["type"] != "write" or checker.result(z) != "stale" or named is None:
+            continue
+        before = [
+            w
+            for w in presented[(z["kind"], z["resource"], int(named[2]))]
+            if w["t0"] < checker.end(z)
+        ]
+        if len(before) == 1 and before[0].get("value") is None:
+            found[id(before[0])] = before[0]
+    plants = []
+    for register in spread(list(found.values())):
+        invoked = [
+            e
+            for e in h.invokes
+            if e.get("proc") == register["proc"] and e.get("n") == register.get("n")
+        ]
+        plants.append(changed(rec.events, removed=[register, *invoked]))
+    return plants
+
+
+def plant_final_log_dropped(rec):
+    """A resource's final Redis log dropped from the history: each one in turn."""
+    return [
+        changed(rec.events, removed=[log])
+        for log in rec.h.resource_logs
+        if log.get("kind") == "redis"
+    ]
+
+
+PLANTED = {
+    "stale-write-after-register": (plant_stale_write_after_register, "g"),
+    "stale-sqlite-write-after-register": (
+        lambda rec: plant_stale_write_after_register(rec, "sqlite"),
+        "g",
+    ),
+    "older-fence-on-one-primary-then-lost": (plant_older_fence_then_lost, "g"),
+    "overlapping-confirmed-grants": (plant_overlapping_grants, "f"),
+    "register-dropped-stale-cites-it": (plant_register_dropped, "h"),
+    "final-redis-log-dropped": (plant_final_log_dropped, "i"),
+}
+
+
+def caught(rec, kind) -> tuple[int, int, list[str]]:
+    """How many planted copies the checker rejected by the kind's rule, of how many, and
+    which other rules it named too."""
+    plant, rule = PLANTED[kind]
+    copies = plant(rec)
+    also = set()
+    hits = 0
+    for copy in copies:
+        named = checker.check(copy).rules()
+        hits += rule in named
+        also |= named - {rule}
+    return hits, len(copies), sorted(also)
+
+
+@pytest.mark.skipif(not RECORDED, reason="no recorded history in tests/histories")
+@pytest.mark.parametrize("kind", PLANTED)
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: p.name)
+def test_planted_violation_is_caught_by_its_rule(path, kind):
+    rec = recorded(path)
+    assert checker.check(rec.events).ok
+    hits, planted, _also = caught(rec, kind)
+    if kind == "final-redis-log-dropped":
+        assert planted == len(rec.h.run["tags"])
+    else:
+        assert planted == POSITIONS, f"{path.name}: only {planted} places to plant {kind}"
+    assert hits == planted, f"{path.name}, {kind}: caught {hits} of {planted}"
+
+
+def test_planted_finding_without_the_victims_renewal_is_caught_by_mutual_exclusion():
+    """The WAIT finding with w2's renewal answered 0 removed: (c) has nothing left to
+    judge, but w2's confirmed grant and w15's were both held (f)."""
+    events = load_recorded(FINDING)
+    (lost,) = [v for v in checker.check(events).violations if v.rule == "c"]
+    res = checker.check(changed(events, removed=[lost.events[1]]))
+    assert "c" not in res.rules()
+    assert "f" in res.rules()
+
+
+def test_plants_do_not_change_the_history_they_were_given():
+    rec = Recorded(simulate(seed=6, rounds=300))
+    before = [dict(e) for e in rec.events]
+    for plant, _rule in PLANTED.values():
+        plant(rec)
+    assert rec.events == before
 
 
 # --- report ---------------------------------------------------------------------------
@@ -1426,9 +1751,6 @@ def test_timeline_svg_is_well_formed_and_shows_each_configuration(tmp_path):
 
 
 # --- what the checker found --------------------------------------------------------
-
-
-FINDING = Path(__file__).parent / "findings" / "wait-after-role-change.jsonl.gz"
 
 
 def test_finding_wait_sent_after_a_role_change_confirms_a_lost_grant():
