@@ -93,11 +93,11 @@ ROWS = (
         BREAKDOWN,
     ),
     (
-        "(g) accepted operations judged, module (exempt: split brain / below a confirmed, lost)",
+        "(g) operations judged, module (exempt: split brain / below a confirmed fence, lost)",
         ("g_judged_redis", "g_exempt_unconfirmed", "g_exempt_unkept"),
         BREAKDOWN,
     ),
-    ("(g) accepted operations judged, application", ("g_judged_sqlite",), BREAKDOWN),
+    ("(g) operations judged, application", ("g_judged_sqlite",), BREAKDOWN),
     (
         "(h) stale refusals judged: module / application / application, not judged",
         ("h_judged_redis", "h_judged_sqlite", "h_unjudged_sqlite"),
