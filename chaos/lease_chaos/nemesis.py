@@ -92,6 +92,56 @@ class Observer(threading.Thread):
             time.sleep(0.2)
 
 
+class NodeWatcher(threading.Thread):
+    """Every 200 ms, each data node's run ID, role and replication ID, logged when they
+    change. Between two changes a node holds the same data: a restart changes the run ID,
+    and a promotion, a demotion or a resync the replication ID. The checker holds each
+    node's resources to their own record between changes (rule (g)); it runs beside the
+    Observer so a stopped node's timeouts do not delay the primary's."""
+
+    def __init__(self, topology: Topology, log: Log):
+        super().__init__(daemon=True)
+        self.topology = topology
+        self.log = log
+        # addr -> (run ID, role, replication ID), and when it was last asked and had it.
+        self.seen: dict[str, tuple[tuple, float]] = {}
+        self.stopping = threading.Event()
+
+    def poll(self) -> None:
+        for node in self.topology.nodes:
+            if not node.alive():
+                continue
+            asked = time.time()
+            try:
+                with node.client(0.3) as conn:
+                    info = conn.info("server", "replication")
+            except redis.RedisError:
+                continue
+            state = (info.get("run_id"), info.get("role"), info.get("master_replid"))
+            before = self.seen.get(node.addr)
+            if before is None or before[0] != state:
+                # The change came after the last answer with the old state (so after that
+                # question was asked) and before this answer.
+                self.log.add(
+                    {
+                        "type": "node",
+                        "proc": "observer",
+                        "t": time.time(),
+                        "since": None if before is None else before[1],
+                        "node": node.addr,
+                        "run_id": state[0],
+                        "role": state[1],
+                        "replid": state[2],
+                    }
+                )
+            self.seen[node.addr] = (state, asked)
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.poll()
+            time.sleep(0.2)
+
+
 class Pauser(threading.Thread):
     """SIGSTOP/SIGCONT of workers: pauses longer than the shorter ttls, as a GC pause or
     a swapped-out process would be. At most a quarter of the workers at once."""

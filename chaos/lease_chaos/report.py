@@ -1,4 +1,5 @@
-"""The chaos run's report: a Markdown table of the checker's counts per configuration, and
+"""The chaos run's report: a Markdown table of the checker's counts per configuration (what
+happened, then what each rule judged, exempted and why, and what it could not judge), and
 one SVG timeline with a panel per configuration (grants and rejected writes per second,
 faults, failovers). Hand-written SVG, aggregated per second, so it stays small.
 """
@@ -10,33 +11,104 @@ from collections import Counter
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from lease_chaos.checker import FAULT_KINDS, Primaries, Result, end, result, start
+from lease_chaos.checker import (
+    FAULT_KINDS,
+    RULE_NAMES,
+    RULES,
+    Primaries,
+    Result,
+    end,
+    result,
+    start,
+)
 
-# Each row: a label and the counts it shows; a row of several counts shows the first,
-# then the others in parentheses as its breakdown.
+# Each row: a label, the counts it shows, and how: BREAKDOWN shows the first count, then the
+# others in parentheses as parts of it; PARTS shows each count on its own, "a / b / c". The
+# module (LEASE.FENCE) and the application (SQLite's own `WHERE fence <= ?`) are counted
+# apart: what SQLite accepts proves nothing about the module.
+BREAKDOWN, PARTS = False, True
 ROWS = (
-    ("grants", ("grants",)),
-    ("confirmed grants", ("confirmed_grants",)),
     (
-        "fenced writes accepted (redis / sqlite)",
-        ("fenced_writes_accepted", "fenced_writes_accepted_redis", "fenced_writes_accepted_sqlite"),
+        "grants (confirmed by WAIT / only by a later renewal)",
+        ("grants", "confirmed_grants", "b_proved"),
+        BREAKDOWN,
     ),
-    ("stale writes rejected", ("stale_writes_rejected",)),
-    ("failovers", ("failovers",)),
-    ("worker pauses", ("faults_pause_worker",)),
     (
-        "leases that ran out while their worker was paused (stopped / rejected / late, unopposed)",
+        "the module accepted, LEASE.FENCE: writes / registers / reads",
+        ("fenced_writes_accepted_redis", "registers_accepted_redis", "reads_accepted_redis"),
+        PARTS,
+    ),
+    ("the module refused as stale", ("stale_rejected_redis",), BREAKDOWN),
+    (
+        "the application accepted, SQLite: writes / registers",
+        ("fenced_writes_accepted_sqlite", "registers_accepted_sqlite"),
+        PARTS,
+    ),
+    ("the application refused as stale", ("stale_rejected_sqlite",), BREAKDOWN),
+    ("failovers", ("failovers",), BREAKDOWN),
+    ("worker pauses", ("faults_pause_worker",), BREAKDOWN),
+    (
+        "(a) final log entries judged: module / application",
+        ("a_entries_redis", "a_entries_sqlite"),
+        PARTS,
+    ),
+    (
+        "(a) confirmed module writes kept / exempt: unconfirmed ones lost in a failover",
+        ("a_confirmed_kept", "redis_writes_lost"),
+        PARTS,
+    ),
+    (
+        "(b) grants judged (exempt: unconfirmed, below a confirmed fence / never confirmed)",
+        ("b_judged", "b_exempt_unconfirmed", "b_not_durable"),
+        BREAKDOWN,
+    ),
+    (
+        "(c) renewals judged (bound / exempt: clock stepped / exempt: not primary throughout)",
+        ("c_checked", "c_checked_bound", "c_exempt_clock", "c_exempt_not_primary"),
+        BREAKDOWN,
+    ),
+    (
+        "(c) confirmed grants renewed on a new primary",
+        ("confirmed_renewed_on_new_primary",),
+        BREAKDOWN,
+    ),
+    (
+        "(d) server exits matched to an injected kill / crash reports",
+        ("server_exits_injected", "crash_logs"),
+        PARTS,
+    ),
+    (
+        "(e) leases run out while their worker was paused (stopped / refused / late, unopposed)",
         (
             "workers_paused_past_lease",
             "paused_abandoned",
             "paused_rejected",
             "paused_late_unopposed",
         ),
+        BREAKDOWN,
     ),
-    ("confirmed grants renewed on a new primary", ("confirmed_renewed_on_new_primary",)),
-    ("renewals judged by (c) (exempt: clock stepped)", ("c_checked", "c_exempt_clock")),
-    ("unconfirmed grants below a confirmed fence (split brain)", ("b_exempt_unconfirmed",)),
-    ("fenced writes acknowledged, then lost in a failover", ("redis_writes_lost",)),
+    (
+        "(f) confirmed holds judged (not judged: never confirmed / exempt pairs: clock stepped)",
+        ("f_holds_judged", "f_holds_unconfirmed", "f_exempt_clock"),
+        BREAKDOWN,
+    ),
+    (
+        "(g) operations judged, module (exempt: split brain / below a confirmed fence, lost)",
+        ("g_judged_redis", "g_exempt_unconfirmed", "g_exempt_unkept"),
+        BREAKDOWN,
+    ),
+    ("(g) operations judged, application", ("g_judged_sqlite",), BREAKDOWN),
+    (
+        "(h) stale refusals judged: module / application / application, not judged",
+        ("h_judged_redis", "h_judged_sqlite", "h_unjudged_sqlite"),
+        PARTS,
+    ),
+    (
+        "(i) operations matched to their invocation (recorded indeterminate: worker killed)",
+        ("i_ops_judged", "i_ops_unfinished"),
+        BREAKDOWN,
+    ),
+    ("(i) final logs found", ("i_logs_judged",), BREAKDOWN),
 )
 
 
@@ -50,23 +122,38 @@ def summary_table(results: list[tuple[str, Result]]) -> str:
         ]
     rows = [
         *ROWS,
-        *((f"faults: {kind}", (f"faults_{kind}",)) for kind in kinds),
-        ("violations", ("violations",)),
+        *((f"faults: {kind}", (f"faults_{kind}",), BREAKDOWN) for kind in kinds),
+        (
+            "violations by rule: " + " / ".join(f"({r})" for r in RULES),
+            tuple(f"violations_{r}" for r in RULES),
+            PARTS,
+        ),
+        ("violations", ("violations",), BREAKDOWN),
     ]
     names = [name for name, _ in results]
     lines = [
         "| | " + " | ".join(names) + " | total |",
         "|---|" + "---:|" * (len(names) + 1),
     ]
-    for label, keys in rows:
+    for label, keys, parts in rows:
         columns = [[res.counts.get(k, 0) for k in keys] for _, res in results]
         total = [sum(c[i] for c in columns) for i in range(len(keys))]
-        cells = [_cell(values) for values in [*columns, total]]
+        cells = [_cell(values, parts) for values in [*columns, total]]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    notes = [
+        f"- {name}: ({rule}) {RULE_NAMES[rule]}: {why}"
+        for name, res in results
+        for rule in RULES
+        for why in res.not_judged.get(rule, [])
+    ]
+    if notes:
+        lines += ["", "Not judged, for want of a record in the history:", *notes]
     return "\n".join(lines)
 
 
-def _cell(values: list[int]) -> str:
+def _cell(values: list[int], parts: bool) -> str:
+    if parts:
+        return " / ".join(f"{v:,}" for v in values)
     first, *parts = values
     if not parts:
         return f"{first:,}"

@@ -21,7 +21,7 @@ from pathlib import Path
 from redis.cluster import key_slot
 
 from . import checker, report
-from .nemesis import Log, Nemesis, Observer, Pauser
+from .nemesis import Log, Nemesis, NodeWatcher, Observer, Pauser
 from .topology import SERVERS, ClusterTopology, SentinelTopology, Topology, server_binary
 
 TOPOLOGIES = {"sentinel": SentinelTopology, "cluster": ClusterTopology}
@@ -99,6 +99,32 @@ def final_state(topology: Topology, observer: Observer, tags: list[str], db_path
     return events
 
 
+def worker_ends(name: str, events: list[dict], status: int | None, t: float) -> list[dict]:
+    """The worker's exit, and each operation it invoked and never completed because it was
+    killed, recorded as indeterminate. A worker that exited by itself completed all of
+    them: the checker reports any it did not."""
+    completed = {e.get("n") for e in events if e.get("type") not in ("invoke", "worker_end")}
+    unfinished = []
+    if status != 0:
+        for e in events:
+            if e.get("type") == "invoke" and e.get("n") not in completed:
+                fields = {k: v for k, v in e.items() if k not in ("type", "op")}
+                unfinished.append(
+                    {
+                        **fields,
+                        "type": e.get("op"),
+                        "result": "error",
+                        "error": f"no reply: the worker exited with {status}",
+                        "unfinished": True,
+                        "t1": None,
+                    }
+                )
+    return [
+        *unfinished,
+        {"type": "worker_exit", "proc": "run", "worker": name, "status": status, "t": t},
+    ]
+
+
 def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path):
     name = f"{server}-{kind}"
     directory = out / name
@@ -111,7 +137,7 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
     workers: dict[str, subprocess.Popen] = {}
     # Faults of the harness itself (a worker that crashed): the run fails on any.
     failed: list[str] = []
-    observer = None
+    observer = watcher = None
     try:
         topology.start()
         directory.mkdir(parents=True, exist_ok=True)
@@ -122,6 +148,9 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
         observer = Observer(topology, log)
         observer.poll()
         observer.start()
+        watcher = NodeWatcher(topology, log)
+        watcher.poll()
+        watcher.start()
         if kind == "sentinel":
             seeds = topology.sentinel_addrs()
         else:
@@ -177,9 +206,10 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
         observer.poll()
         final = final_state(topology, observer, tags, db_path)
     finally:
-        if observer is not None:
-            observer.stopping.set()
-            observer.join()
+        for thread in (observer, watcher):
+            if thread is not None:
+                thread.stopping.set()
+                thread.join()
         for proc in workers.values():
             if proc.poll() is None:
                 proc.kill()
@@ -190,6 +220,7 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
         {
             "type": "run",
             "proc": "run",
+            "format": checker.FORMAT,
             "server": server,
             "topology": kind,
             "t0": start,
@@ -202,8 +233,11 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
     ]
     for i in range(args.workers):
         path = directory / f"w{i}.jsonl"
+        mine = []
         if path.exists():
-            events += [json.loads(line) for line in path.read_text().splitlines() if line]
+            mine = [json.loads(line) for line in path.read_text().splitlines() if line]
+        status = workers[f"w{i}"].returncode if f"w{i}" in workers else None
+        events += mine + worker_ends(f"w{i}", mine, status, end)
     events += log.events + final
     events += [
         {"type": "crash_log", "proc": "observer", "t": end, "node": node, "line": line}

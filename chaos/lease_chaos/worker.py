@@ -4,10 +4,15 @@ operation with the time it was invoked and the time it completed.
 A job: acquire a lease on one of a few keys (exclusive, shared, or bound to the worker's
 session), confirm it with a WAIT in the same pipeline, register its fence with both
 resources at once, then do one to three steps of work (6 to 14 in a long job), each a
-write to the SQLite resource and one through LEASE.FENCE, renewing as it goes, and
-release. A careful worker renews before each write
-and stops when the renewal says the lease is gone; a naive one writes first and relies on
-the resources rejecting a stale fence. The nemesis may SIGSTOP the process anywhere.
+write to the SQLite resource and one through LEASE.FENCE (a fenced read for a shared
+holder), renewing as it goes, and release. Every LEASE.FENCE is confirmed by a WAIT in its
+pipeline too. A careful worker renews before each write and stops when the renewal says
+the lease is gone; a naive one writes first and relies on the resources rejecting a stale
+fence. The nemesis may SIGSTOP the process anywhere.
+
+Each operation is numbered and logged twice: an `invoke` line before it is sent, and the
+operation with its outcome when it completes, so the history shows an operation whose
+worker was killed before it completed.
 
 Run as `python -m lease_chaos.worker '<json config>'`.
 """
@@ -53,6 +58,14 @@ ROUTING_EXCEPTIONS = (
 
 class Unreachable(Exception):
     """The command's outcome is unknown: the node did not answer or is not the primary."""
+
+
+class Refused(Exception):
+    """The node answered the command with an error (such as STALE): nothing was done."""
+
+    def __init__(self, node: str, shard: str, error: redis.ResponseError):
+        super().__init__(str(error))
+        self.node, self.shard = node, shard
 
 
 class Router:
@@ -160,11 +173,20 @@ class Worker:
         self.db = sqlite3.connect(config["sqlite"], timeout=2.0, isolation_level=None)
         self.sessions: dict[str, Session] = {}
         self.seq = 0
+        self.n = 0  # operations numbered in the order invoked
 
     # --- history ------------------------------------------------------------
     def log(self, event: dict) -> dict:
         event["proc"] = self.name
         self.history.write(json.dumps(event, separators=(",", ":")) + "\n")
+        return event
+
+    def invoke(self, kind: str, fields: dict) -> dict:
+        """Numbers an operation and logs its invocation; returns its event, to be logged
+        when it completes."""
+        event = {"type": kind, **fields, "n": self.n, "t0": time.time()}
+        self.n += 1
+        self.log({**event, "type": "invoke", "op": kind})
         return event
 
     def token(self) -> str:
@@ -173,7 +195,8 @@ class Worker:
     # --- one command against the primary of a key --------------------------
     def call(self, key: str, *args, wait: bool = False):
         """Runs one command on the key's primary; returns (reply, node, shard, acked).
-        Raises Unreachable when the outcome is unknown."""
+        Raises Unreachable when the outcome is unknown, Refused when the node answered an
+        error."""
         addr, shard = self.router.route(key)
         conn = self.router.conn(addr)
         acked = None
@@ -186,7 +209,7 @@ class Worker:
             if isinstance(err, ROUTING_EXCEPTIONS) or str(err).startswith(ROUTING_ERRORS):
                 self.router.forget(addr)
                 raise Unreachable(f"{addr}: {err}") from err
-            raise
+            raise Refused(addr, shard, err) from err
         except redis.RedisError as err:
             self.router.forget(addr)
             raise Unreachable(f"{addr}: {type(err).__name__}: {err}") from err
@@ -212,15 +235,15 @@ class Worker:
 
     def op(self, kind: str, key: str, args: list, fields: dict, wait: bool = False) -> dict:
         """Runs a command and logs it as one event of `kind`."""
-        event = {"type": kind, "key": key, **fields, "t0": time.time()}
+        event = self.invoke(kind, {"key": key, **fields})
         try:
             reply, node, shard, acked = self.call(key, *args, wait=wait)
             event.update(node=node, shard=shard, reply=reply, acked=acked, need=self.need)
         except Unreachable as err:
             event.update(reply=None, error=str(err), node=None, shard=None)
             time.sleep(self.rng.uniform(0.05, 0.2))
-        except redis.ResponseError as err:
-            event.update(reply=None, error=str(err), node=None, shard=None, refused=True)
+        except Refused as err:
+            event.update(reply=None, error=str(err), node=err.node, shard=err.shard, refused=True)
         event["t1"] = time.time()
         return event
 
@@ -274,13 +297,27 @@ class Worker:
         self.log(event)
 
     def abandon(self, key: str, token: str, reason: str) -> None:
+        # Numbered with the operations, though nothing is sent: a gap shows a lost line.
         now = time.time()
         self.log(
-            {"type": "abandon", "key": key, "token": token, "reason": reason, "t0": now, "t1": now}
+            {
+                "type": "abandon",
+                "key": key,
+                "token": token,
+                "reason": reason,
+                "n": self.n,
+                "t0": now,
+                "t1": now,
+            }
         )
+        self.n += 1
 
     # --- resources ----------------------------------------------------------
-    def write_redis(self, tag: str, key: str, token: str, fence: int, value: str | None) -> str:
+    def write_redis(
+        self, tag: str, key: str, token: str, fence: int, value: str | None, read: bool = False
+    ) -> str:
+        """A fenced write (RPUSH of the value), or without a value a fenced LLEN: the
+        register right after a grant, or a shared holder's read."""
         resource = f"res:{{{tag}}}"
         if value is None:
             args = ["LEASE.FENCE", resource, fence, "LLEN", f"log:{{{tag}}}"]
@@ -292,11 +329,13 @@ class Worker:
             "token": token,
             "fence": fence,
             "value": value,
-            "register": value is None,
+            "register": value is None and not read,
+            "read": read,
         }
         # Logged under the lease's key, the grant it writes under; the resource, its log
-        # and the lease share a hash tag, so one primary serves all three.
-        event = self.op("write", key, args, fields)
+        # and the lease share a hash tag, so one primary serves all three. Confirmed like
+        # a grant: the checker holds every later primary to a confirmed fence.
+        event = self.op("write", key, args, fields, wait=True)
         event.pop("reply")
         error = event.get("error", "")
         if error.startswith("STALE"):
@@ -307,19 +346,21 @@ class Worker:
         return event["result"]
 
     def write_sqlite(self, tag: str, key: str, token: str, fence: int, value: str | None) -> str:
-        event = {
-            "type": "write",
-            "kind": "sqlite",
-            "resource": tag,
-            "key": key,
-            "token": token,
-            "fence": fence,
-            "value": value,
-            "register": value is None,
-            "node": None,
-            "shard": None,
-            "t0": time.time(),
-        }
+        event = self.invoke(
+            "write",
+            {
+                "kind": "sqlite",
+                "resource": tag,
+                "key": key,
+                "token": token,
+                "fence": fence,
+                "value": value,
+                "register": value is None,
+                "read": False,
+                "node": None,
+                "shard": None,
+            },
+        )
         try:
             self.db.execute("BEGIN IMMEDIATE")
             try:
@@ -332,6 +373,11 @@ class Worker:
                         "INSERT INTO writes (name, fence, value) VALUES (?, ?, ?)",
                         (tag, fence, value),
                     )
+                elif updated != 1:
+                    # The fence that refused it, as LEASE.FENCE's STALE error names it.
+                    (event["highest"],) = self.db.execute(
+                        "SELECT fence FROM resource WHERE name = ?", (tag,)
+                    ).fetchone()
                 self.db.execute("COMMIT" if updated == 1 else "ROLLBACK")
             except BaseException:
                 self.db.execute("ROLLBACK")
@@ -421,7 +467,7 @@ class Worker:
             self.seq += 1
             value = f"{self.name}:{self.seq}"
             if shared:
-                self.write_redis(tag, key, token, fence, None)
+                self.write_redis(tag, key, token, fence, None, read=True)
             else:
                 self.write_sqlite(tag, key, token, fence, value)
                 self.write_redis(tag, key, token, fence, value)
@@ -438,6 +484,8 @@ class Worker:
             self.job()
         for session in self.sessions.values():
             self.release(session.key, session.token)
+        # The last line: how many operations the history must hold for this worker.
+        self.log({"type": "worker_end", "t": time.time(), "ops": self.n})
 
 
 def main() -> None:
