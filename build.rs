@@ -920,9 +920,14 @@ fn command_markdown(s: &mut String, c: &Command) {
         .iter()
         .map(|a| format!("`@{}`", a.to_ascii_lowercase()))
         .collect();
+    let lease_category = if j.command_flags.iter().any(|f| f == "ADMIN") {
+        " (an admin command is not in `@lease`, which lock clients are given)"
+    } else {
+        ", and `@lease` where the server has module ACL categories"
+    };
     let _ = writeln!(
         s,
-        "- **ACL categories:** {}, and `@lease` where the server has module ACL categories",
+        "- **ACL categories:** {}{lease_category}",
         acl.join(", ")
     );
     for (i, spec) in j.key_specs.iter().enumerate() {

@@ -367,7 +367,14 @@ pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
         // before init ran; None where the server lacks the call.
         if let Some(set_categories) = unsafe { raw::RedisModule_SetCommandACLCategories } {
             let mut categories = cmd.acl_categories.to_string();
-            if with_acl_category {
+            // `+@lease` is what a lock client is given: not an admin
+            // command (LEASE.DEBUG), which stays with `@admin`.
+            let admin = cmd
+                .flags
+                .to_bytes()
+                .split(|&b| b == b' ')
+                .any(|f| f == b"admin");
+            if with_acl_category && !admin {
                 categories.push_str(" lease");
             }
             let categories = std::ffi::CString::new(categories.trim()).unwrap_or_default();
