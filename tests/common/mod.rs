@@ -1028,7 +1028,7 @@ impl Server {
             Ok(other) => Some(format!("{other:?}")),
             Err(e) if e.is_io_error() || e.is_timeout() => None,
             Err(e) => {
-                let text = e.to_string();
+                let text = reply::redis_error_text(&e);
                 (!FINAL_CHECK_SKIPS.iter().any(|s| text.contains(s))).then_some(text)
             }
         }
