@@ -484,9 +484,10 @@ unsafe fn index_scanned(name: RString, key: *mut raw::RedisModuleKey, privdata: 
 
 /// The clock of the reaper's last tick that took every due entry (or of
 /// the module's load, when the index was empty), and whether its last tick
-/// found writes paused: what
-/// `LEASE.DEBUG CHECK` needs to tell an entry the reaper left behind from
-/// one that arrived since it swept (`model::check`).
+/// found writes paused: what `LEASE.DEBUG CHECK` needs to tell an entry the
+/// reaper left behind from one that arrived since it swept (`model::check`).
+/// Such a tick leaves no entry at or before its clock: what it keeps, it
+/// puts at later deadlines.
 static SWEPT_AT: AtomicU64 = AtomicU64::new(0);
 static HELD_BACK: AtomicBool = AtomicBool::new(false);
 
