@@ -17,14 +17,17 @@ use redis::Value;
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// A server that loads the faulty module with `inject-panic <names>`.
+/// A server that loads the faulty module with `inject-panic <names>`. One whose reaper
+/// panics at every tick leaves due entries in the deadline index on purpose, which the
+/// after-test `LEASE.DEBUG CHECK` would rightly name: it is not checked.
 fn start_with_faults(flavor: common::Flavor, names: &str) -> Server {
     let module = debug_module_path("faults", "fault-injection");
     let line = format!("{} inject-panic \"{names}\"", module.display());
-    Server::start_with(
-        flavor,
-        ServerOptions::without_module().config("loadmodule", &line),
-    )
+    let mut options = ServerOptions::without_module().config("loadmodule", &line);
+    if names.split('|').any(|n| n == "reaper") {
+        options = options.without_final_check();
+    }
+    Server::start_with(flavor, options)
 }
 
 fn logged(server: &Server, what: &str) -> bool {

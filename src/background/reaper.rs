@@ -5,7 +5,7 @@
 //! scan budget); a tick that used its budget schedules the next at once.
 
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use redis_module::raw;
@@ -58,6 +58,8 @@ fn report_tick(took: std::time::Duration) {
 }
 
 pub fn start(ctx: Ctx) {
+    // The index is empty at load: nothing is due that a sweep would take.
+    SWEPT_AT.store(rm::now_ms(), Ordering::Relaxed);
     schedule(ctx, config::reap_interval_ms());
 }
 
@@ -104,12 +106,17 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
         if rm::writes_paused() {
             // Deleting or handing over an expired lease writes; the server's
             // own active expiry waits out a pause the same way.
+            HELD_BACK.store(true, Ordering::Relaxed);
             return effects::PAUSED_RETRY_MS;
         }
+        HELD_BACK.store(false, Ordering::Relaxed);
         let now = rm::now_ms();
         let batch = config::reap_batch();
         let started = std::time::Instant::now();
         let reaped = reap(ctx, now, batch);
+        if reaped < batch {
+            SWEPT_AT.store(now, Ordering::Relaxed);
+        }
         let settled = reap_ended(ctx, now, batch);
         let scanning = scan_step(ctx);
         report_tick(started.elapsed());
@@ -481,4 +488,28 @@ unsafe fn index_scanned(name: RString, key: *mut raw::RedisModuleKey, privdata: 
     if ours && key.has_ttl() {
         state.with_ttl.push(rm::bytes(&name).into());
     }
+}
+
+/// The clock of the reaper's last tick that took every due entry (or of
+/// the module's load, when the index was empty), and whether its last tick
+/// found writes paused: what `LEASE.DEBUG CHECK` needs to tell an entry the
+/// reaper left behind from one that arrived since it swept (`model::check`).
+/// Such a tick leaves no entry at or before its clock: what it keeps, it
+/// puts at later deadlines.
+static SWEPT_AT: AtomicU64 = AtomicU64::new(0);
+static HELD_BACK: AtomicBool = AtomicBool::new(false);
+
+/// When the reaper last took every due entry (`None` before the load).
+pub fn swept_at() -> Option<u64> {
+    Some(SWEPT_AT.load(Ordering::Relaxed)).filter(|&at| at != 0)
+}
+
+/// Whether its last tick found writes paused (it waits them out).
+pub fn held_back() -> bool {
+    HELD_BACK.load(Ordering::Relaxed)
+}
+
+/// Whether the deadline index is being rebuilt by a scan.
+pub fn rescanning() -> bool {
+    RESCAN.lock().unwrap_or_else(|e| e.into_inner()).is_some()
 }

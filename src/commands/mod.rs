@@ -12,6 +12,7 @@
 
 mod acquire;
 mod apply;
+mod debug;
 mod fence;
 mod info;
 mod inner;

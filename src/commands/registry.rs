@@ -12,6 +12,7 @@ use crate::rm::{self, api, Ctx, RString};
 
 use super::acquire::acquire_command;
 use super::apply::apply_command;
+use super::debug::debug_command;
 use super::fence::fence_command;
 use super::info::{holders_command, info_command};
 use super::inner;
@@ -32,6 +33,7 @@ const fn handler(name: &[u8]) -> Option<Handler> {
         b"lease.info" => Some(info_command),
         b"lease.holders" => Some(holders_command),
         b"lease.apply" => Some(apply_command),
+        b"lease.debug" => Some(debug_command),
         _ => None,
     }
 }
@@ -346,7 +348,13 @@ pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
             },
             tips: ptr(cmd.tips),
             arity: cmd.arity,
-            key_specs: key_specs.as_mut_ptr(),
+            // A command without keys (LEASE.DEBUG) passes none: the
+            // legacy range (0, 0, 0) then says it has no keys.
+            key_specs: if cmd.key_specs.is_empty() {
+                std::ptr::null_mut()
+            } else {
+                key_specs.as_mut_ptr()
+            },
             args: raw_args(cmd.args, &mut levels),
         };
         // SAFETY: `command` was just created (non-null, checked); `info`,
@@ -359,7 +367,14 @@ pub fn register(ctx: Ctx, with_acl_category: bool) -> Result<(), String> {
         // before init ran; None where the server lacks the call.
         if let Some(set_categories) = unsafe { raw::RedisModule_SetCommandACLCategories } {
             let mut categories = cmd.acl_categories.to_string();
-            if with_acl_category {
+            // `+@lease` is what a lock client is given: not an admin
+            // command (LEASE.DEBUG), which stays with `@admin`.
+            let admin = cmd
+                .flags
+                .to_bytes()
+                .split(|&b| b == b' ')
+                .any(|f| f == b"admin");
+            if with_acl_category && !admin {
                 categories.push_str(" lease");
             }
             let categories = std::ffi::CString::new(categories.trim()).unwrap_or_default();

@@ -376,6 +376,16 @@ impl DeadlineIndex {
     }
 }
 
+/// What `LEASE.DEBUG CHECK` reads (`model::check`).
+impl DeadlineIndex {
+    /// Every entry: database, deadline, key name.
+    pub fn entries(&self) -> impl Iterator<Item = (i32, u64, &[u8])> + '_ {
+        self.dbs
+            .iter()
+            .flat_map(|(db, set)| set.iter().map(move |e| (*db, e.deadline_ms(), e.key())))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1392,6 +1392,23 @@ pub fn tokens_equal(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
+/// What `LEASE.DEBUG CHECK` reads (`model::check`), and, in a
+/// `fault-injection` build, a way to make it wrong on purpose.
+impl WaitQueues {
+    /// Every key's queue: database, key name, waiters in it.
+    pub fn queues(&self) -> impl Iterator<Item = (i32, &[u8], usize)> + '_ {
+        self.by_db
+            .iter()
+            .flat_map(|(&db, keys)| keys.iter().map(move |(k, q)| (db, &**k, q.len())))
+    }
+
+    /// Miscounts the waiters by one (`LEASE.DEBUG CORRUPT waiters`).
+    #[cfg(feature = "fault-injection")]
+    pub fn miscount(&mut self) {
+        self.total += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 //! `now_ms`, and every rule is unit-tested beside its code.
 
 pub mod args;
+pub mod check;
 pub mod config;
 pub mod encoding;
 pub mod error;

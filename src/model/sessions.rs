@@ -347,6 +347,29 @@ impl BoundIndex {
     }
 }
 
+/// What `LEASE.DEBUG CHECK` compares with the keyspace (`model::check`):
+/// read-only copies, so the check holds no lock on the index while it
+/// compares.
+impl BoundIndex {
+    /// Every entry: its session grant, its counts, whether it ended.
+    pub fn audit(&self) -> Vec<crate::model::check::IndexedSession> {
+        self.sessions
+            .iter()
+            .flat_map(|(&(db, fence), list)| {
+                list.iter()
+                    .map(move |(session, b)| crate::model::check::IndexedSession {
+                        db,
+                        session: session.clone(),
+                        fence,
+                        total: b.total,
+                        keys: b.keys.iter().map(|(k, &n)| (k.clone(), n)).collect(),
+                        ended: b.ended_at.is_some(),
+                    })
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -267,6 +267,91 @@ pub fn select_db(ctx: Ctx, db: i32) -> bool {
     unsafe { api!(RedisModule_SelectDb)(ctx, db) == raw::REDISMODULE_OK as c_int }
 }
 
+/// Calls `each` with the name and the open key of every key of the
+/// database selected in `ctx`, in one go, for a command that must see the
+/// whole database at one moment (`LEASE.DEBUG CHECK`): nothing else runs
+/// between the steps of the scan, so every key is seen once. The key is
+/// open for reading, lent for the call (`None` where the server lends
+/// none); neither it nor the name may be kept past it. Opening a key this
+/// way has no effect on it (no expiry, no access time, no notification),
+/// unlike `Key::open_read`.
+///
+/// The reaper's rebuild scan keeps its cursor across ticks and does not
+/// use this.
+pub fn scan_db<F: FnMut(RString, Option<&mut Key>)>(ctx: Ctx, mut each: F) {
+    struct Cursor(*mut raw::RedisModuleScanCursor);
+    impl Drop for Cursor {
+        fn drop(&mut self) {
+            // SAFETY: the cursor was made by ScanCursorCreate below and is
+            // destroyed once, here.
+            unsafe { api!(RedisModule_ScanCursorDestroy)(self.0) };
+        }
+    }
+    // SAFETY: takes no argument; the cursor is this Cursor's.
+    let cursor = Cursor(unsafe { api!(RedisModule_ScanCursorCreate)() });
+    let data: *mut F = &mut each;
+    loop {
+        // SAFETY: `ctx` is valid by the handle rule, with the database to
+        // scan selected; the cursor is live (destroyed on return); `scanned`
+        // reads `data` as the `F` it is, which outlives the call, and Scan
+        // calls back only during it.
+        let more =
+            unsafe { api!(RedisModule_Scan)(ctx, cursor.0, Some(scanned::<F>), data.cast()) };
+        if more == 0 {
+            break;
+        }
+    }
+}
+
+/// One key of `scan_db`, its closure run under `guard`.
+///
+/// # Safety
+/// Called back by `RedisModule_Scan` in `scan_db`: `name` and `key` (or
+/// null) are the scanned key's, valid for the call, and `data` is the
+/// closure `scan_db` passed, used by nothing else meanwhile.
+unsafe extern "C" fn scanned<F: FnMut(RString, Option<&mut Key>)>(
+    _ctx: Ctx,
+    name: RString,
+    key: *mut raw::RedisModuleKey,
+    data: *mut c_void,
+) {
+    guard(
+        "key scan",
+        || (),
+        || {
+            // SAFETY: `data` is `scan_db`'s closure, which it does not touch
+            // while Scan runs (the caller's promise).
+            let Some(each) = (unsafe { data.cast::<F>().as_mut() }) else {
+                return;
+            };
+            // SAFETY: `key` is the open key Scan lends this callback; the Key
+            // is dropped (never closed) before it returns.
+            let mut key = unsafe { Key::borrowed(key) };
+            each(name, key.as_deref_mut());
+        },
+    );
+}
+
+/// A numeric field of `INFO <section>`, `None` where the server has none
+/// of that name.
+pub fn info_number(ctx: Ctx, section: &CStr, field: &CStr) -> Option<u64> {
+    // SAFETY: `ctx` is valid by the handle rule; the section name is
+    // NUL-terminated; the data returned is ours until freed below.
+    let data = unsafe { api!(RedisModule_GetServerInfo)(ctx, section.as_ptr()) };
+    if data.is_null() {
+        return None;
+    }
+    let mut missing: c_int = 0;
+    // SAFETY: `data` is live (freed below); the field name is
+    // NUL-terminated; `missing` is written.
+    let value =
+        unsafe { api!(RedisModule_ServerInfoGetFieldUnsigned)(data, field.as_ptr(), &mut missing) };
+    // SAFETY: `data` came from GetServerInfo on `ctx` and is freed once,
+    // here; `value` is a copy.
+    unsafe { api!(RedisModule_FreeServerInfo)(ctx, data) };
+    (missing == 0).then_some(value)
+}
+
 /// Starts a one-shot module timer: `callback` runs in `after_ms`.
 pub fn timer(ctx: Ctx, after_ms: i64, callback: unsafe extern "C" fn(Ctx, *mut c_void)) {
     // SAFETY: `ctx` is valid by the handle rule; the timer carries no data

@@ -446,6 +446,9 @@ pub struct ServerOptions {
     /// A command the server binary runs under (`valgrind --tool=callgrind ...`), empty
     /// for none. It must exec the server in its own process: the pid is the server's.
     pub launcher: Vec<String>,
+    /// Run `LEASE.DEBUG CHECK` when the server is dropped (default true; see `Drop`).
+    /// Off only for a server whose structures a test breaks on purpose.
+    pub final_check: bool,
 }
 
 impl Default for ServerOptions {
@@ -455,6 +458,7 @@ impl Default for ServerOptions {
             module_args: Vec::new(),
             load_module: true,
             launcher: Vec::new(),
+            final_check: true,
         }
     }
 }
@@ -479,6 +483,13 @@ impl ServerOptions {
 
     pub fn module_arg(mut self, arg: &str) -> Self {
         self.module_args.push(arg.to_string());
+        self
+    }
+
+    /// No `LEASE.DEBUG CHECK` when the server is dropped: for a server whose
+    /// structures the test corrupts on purpose (tests/debug_check.rs).
+    pub fn without_final_check(mut self) -> Self {
+        self.final_check = false;
         self
     }
 }
@@ -974,8 +985,67 @@ impl Server {
     }
 }
 
+/// How long the after-test `LEASE.DEBUG CHECK` may wait for a reply: a server that
+/// pauses clients (`CLIENT PAUSE ALL`), is asleep or is gone is not checked.
+const FINAL_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Replies to the after-test check that mean it cannot run there, not that anything
+/// is wrong: no module or an older build without the command, a server that wants a
+/// password or whose default user may not run it, one still loading or busy.
+const FINAL_CHECK_SKIPS: &[&str] = &[
+    "unknown command",
+    "NOAUTH",
+    "NOPERM",
+    "WRONGPASS",
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+];
+
+/// The last lines of a server log, for a failure message.
+fn tail(log: &str, lines: usize) -> String {
+    let all: Vec<&str> = log.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+impl Server {
+    /// `LEASE.DEBUG CHECK` on a server that is running and has the module: `None` when it
+    /// answers `OK` or cannot be asked (see `FINAL_CHECK_SKIPS`, and a server that does
+    /// not answer within `FINAL_CHECK_TIMEOUT`), else what it answered. The check is
+    /// exact at every moment (`src/model/check.rs` says why each rule holds while the
+    /// server runs), so it is asked once, not polled.
+    fn final_check(&self) -> Option<String> {
+        let client = redis::Client::open(self.url()).ok()?;
+        let mut con = client
+            .get_connection_with_timeout(FINAL_CHECK_TIMEOUT)
+            .ok()?;
+        con.set_read_timeout(Some(FINAL_CHECK_TIMEOUT)).ok()?;
+        con.set_write_timeout(Some(FINAL_CHECK_TIMEOUT)).ok()?;
+        let reply: redis::RedisResult<redis::Value> =
+            redis::cmd("LEASE.DEBUG").arg("CHECK").query(&mut con);
+        match reply {
+            Ok(redis::Value::Okay) => None,
+            Ok(other) => Some(format!("{other:?}")),
+            Err(e) if e.is_io_error() || e.is_timeout() => None,
+            Err(e) => {
+                let text = reply::redis_error_text(&e);
+                (!FINAL_CHECK_SKIPS.iter().any(|s| text.contains(s))).then_some(text)
+            }
+        }
+    }
+}
+
 impl Drop for Server {
+    /// Checks the module's structures (`LEASE.DEBUG CHECK`) unless the test is already
+    /// failing or opted out, then stops the server (`SHUTDOWN NOSAVE`, SIGKILL after
+    /// `DROP_GRACE`), and fails the test with the check's reply and the log's tail if
+    /// the check found a problem, keeping the server's directory.
     fn drop(&mut self) {
+        let failed_check =
+            match self.child.is_some() && self.options.final_check && !thread::panicking() {
+                true => self.final_check(),
+                false => None,
+            };
         if self.child.is_some() {
             if let Ok(mut con) = self.control() {
                 let _: redis::RedisResult<redis::Value> =
@@ -984,6 +1054,16 @@ impl Drop for Server {
             if !self.wait_exit(DROP_GRACE) {
                 self.kill_now();
             }
+        }
+        if let Some(reply) = failed_check {
+            panic!(
+                "LEASE.DEBUG CHECK after the test, on {} port {} (dir {} kept): {reply}\n\
+                 ---- last lines of its log ----\n{}",
+                self.flavor,
+                self.port,
+                self.dir.display(),
+                tail(&self.log(), 40)
+            );
         }
         if thread::panicking() && self.log_reported {
             eprintln!(
