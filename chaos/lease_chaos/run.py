@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import redis
 from redis.cluster import key_slot
 
 from . import checker, report
@@ -97,6 +98,29 @@ def final_state(topology: Topology, observer: Observer, tags: list[str], db_path
                 }
             )
     return events
+
+
+def self_check(topology: Topology) -> list[str]:
+    """``LEASE.DEBUG CHECK`` on every data node once the faults are over: the module's
+    own indexes and gauges agree with its keyspace on each, primary or replica. A node
+    gets a few seconds to finish the work the faults left (a replica catching up, the
+    reaper after a pause); a disagreement that outlasts them fails the run."""
+    problems = []
+    for node in topology.nodes:
+        last = ""
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            try:
+                with node.client(5.0) as conn:
+                    conn.execute_command("LEASE.DEBUG", "CHECK")
+                last = ""
+                break
+            except redis.RedisError as e:
+                last = str(e)
+                time.sleep(0.2)
+        if last:
+            problems.append(f"LEASE.DEBUG CHECK on {node.port}: {last}")
+    return problems
 
 
 def worker_ends(name: str, events: list[dict], status: int | None, t: float) -> list[dict]:
@@ -205,6 +229,7 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
         nemesis.settle()
         observer.poll()
         final = final_state(topology, observer, tags, db_path)
+        failed += self_check(topology)
     finally:
         for thread in (observer, watcher):
             if thread is not None:
