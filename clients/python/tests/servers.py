@@ -193,10 +193,11 @@ class Server:
         self.proc.wait()
 
     def crash(self) -> None:
-        """SIGKILL, as a crash or an OOM kill would; the directory stays, and start()
-        brings the server back on the same port."""
-        self.resume()
+        """SIGKILL, as a crash or an OOM kill would (a stopped server dies stopped: what
+        is unread in its sockets is never read); the directory stays, and start() brings
+        the server back on the same port."""
         self._kill()
+        self.stopped = False
         self.proc = None
 
     def stop(self) -> None:
@@ -455,3 +456,21 @@ class SentinelSet:
             s.stop()
         for n in self.nodes:
             n.stop()
+
+
+def unread_at(port: int) -> int:
+    """The most bytes waiting unread in one connection accepted on ``port`` (from
+    /proc/net/tcp): a stopped server's clients' requests, sent and not yet read."""
+    most = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, queues = fields[1], fields[3], fields[4]
+            if state != "01" or int(local.rsplit(":", 1)[1], 16) != port:
+                continue
+            most = max(most, int(queues.split(":")[1], 16))
+    return most

@@ -173,6 +173,12 @@ class Unanswered(Exception):
         self.sent = sent
 
 
+def retry_delay(ttl_ms: int) -> float:
+    """Seconds before trying again after a failed renewal or fenced write: ttl/10, within
+    bounds."""
+    return min(max(ttl_ms / 1000 * RETRY_FRACTION, RETRY_MIN_S), RETRY_MAX_S)
+
+
 def is_demoted(error: BaseException) -> bool:
     return isinstance(error, ReadOnlyError) or str(error).startswith("READONLY")
 
@@ -302,8 +308,7 @@ class LeaseCore:
         if not self._active():
             return
         self._failing = True
-        retry = min(max(self._interval * RETRY_FRACTION * 3, RETRY_MIN_S), RETRY_MAX_S)
-        self._due = now + retry
+        self._due = now + retry_delay(self.ttl_ms)
         self._settle()
         self._refresh(now)
 

@@ -33,6 +33,7 @@ from ._core import (
     new_token,
     redirect_of,
     renew_commands,
+    retry_delay,
     stale_fence,
 )
 from ._errors import LeaseLost, NotAcquired, WriteIndeterminate
@@ -44,6 +45,10 @@ _clock = time.monotonic
 
 def _is_cluster(client: Any) -> bool:
     return hasattr(client, "get_node_from_key") and hasattr(client, "nodes_manager")
+
+
+def _pause(delay: float, left: Optional[float]) -> None:
+    time.sleep(delay if left is None else min(delay, max(left, 0.0)))
 
 
 class Lease(LeaseCore):
@@ -180,8 +185,12 @@ class Lease(LeaseCore):
                 if retries <= 0:
                     if sent:
                         raise self._indeterminate(resource, sent) from cause
+                    if self.state not in ACTIVE:
+                        raise self._lost_error() from failure.error
                     raise failure.error from None
                 retries -= 1
+                # As the watchdog after a failed renewal: ttl/10, from 5 to 250 ms.
+                _pause(retry_delay(self.ttl_ms), self._deadline_in(_clock()))
 
     def _indeterminate(self, resource: KeyT, attempts: int) -> WriteIndeterminate:
         return WriteIndeterminate(

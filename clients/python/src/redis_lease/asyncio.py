@@ -40,6 +40,7 @@ from ._core import (
     new_token,
     redirect_of,
     renew_commands,
+    retry_delay,
     stale_fence,
 )
 from ._errors import LeaseError, LeaseLost, NotAcquired, StaleFence, WriteIndeterminate
@@ -57,6 +58,10 @@ __all__ = [
 ]
 
 _clock = time.monotonic
+
+
+async def _pause(delay: float, left: Optional[float]) -> None:
+    await asyncio.sleep(delay if left is None else min(delay, max(left, 0.0)))
 
 
 class Lease(LeaseCore):
@@ -156,8 +161,12 @@ class Lease(LeaseCore):
                 if retries <= 0:
                     if sent:
                         raise self._indeterminate(resource, sent) from cause
+                    if self.state not in ACTIVE:
+                        raise self._lost_error() from failure.error
                     raise failure.error from None
                 retries -= 1
+                # As the watchdog after a failed renewal: ttl/10, from 5 to 250 ms.
+                await _pause(retry_delay(self.ttl_ms), self._deadline_in(_clock()))
 
     def _indeterminate(self, resource: KeyT, attempts: int) -> WriteIndeterminate:
         return WriteIndeterminate(
