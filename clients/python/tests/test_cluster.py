@@ -171,7 +171,7 @@ def test_cluster_a_lease_follows_its_slot_to_another_node(cluster, rc):
         dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
         src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
         src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", key)
-        resource, doc = f"{{{tags[0]}}}fence", f"{{{tags[0]}}}doc"
+        resource, doc = key + ":fence", key + ":doc"  # new keys: the source has neither
         # A new record: not on the migrating node, so ASK sends it to the importing one.
         # (A fenced command with keys of its own would get TRYAGAIN there, raised as is.)
         assert lease.fence_call(resource) == lease.fence

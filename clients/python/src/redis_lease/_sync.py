@@ -709,7 +709,7 @@ class Leases:
                 replies[i] = answer
                 moved = moved_error(answer)
                 if moved is not None:
-                    self._noteredirect_of(moved)
+                    self._note_redirect(moved)
         return replies
 
     def _node_for(self, key: KeyT) -> Any:
@@ -792,7 +792,7 @@ class Leases:
                 asking, target = redirect
                 moved = None if asking else moved_error(e)
                 if moved is not None:
-                    self._noteredirect_of(moved)
+                    self._note_redirect(moved)
                 node = target
                 continue
             except Exception as e:
@@ -802,7 +802,7 @@ class Leases:
             return reply
         raise ResponseError(f"too many redirects for the fenced write to {resource!r}")
 
-    def _noteredirect_of(self, error: Exception) -> None:
+    def _note_redirect(self, error: Exception) -> None:
         # Let the cluster client learn the new slot owner, as its own commands would
         # (redis-py 7+: move_slot; before: update_moved_exception, applied lazily).
         manager = getattr(self.client, "nodes_manager", None)

@@ -267,6 +267,8 @@ class Leases:
         self._closed = False
         # Fenced writes' own connections, idle: per cluster node name (None otherwise).
         self._idle: Dict[Any, List[Tuple[Any, Any]]] = {}
+        # A fenced write met READONLY: ask the Sentinels before the next one.
+        self._master_stale = False
         #: Renewal batches sent.
         self.batches = 0
 
@@ -543,7 +545,9 @@ class Leases:
                 reply = await conn.read_response()
             except ResponseError as e:
                 if is_demoted(e):
+                    # Refused, so it did not run; the next attempt asks the Sentinels.
                     await conn.disconnect(nowait=True)
+                    self._master_stale = True
                     raise Unanswered(e, sent=False) from e
                 self._give(node, conn, address)
                 redirect = redirect_of(e)
@@ -567,7 +571,10 @@ class Leases:
         address = None
         pool = self._sentinel_pool()
         if node is None and pool is not None:
-            address = pool.master_address or await pool.get_master_address()
+            address = None if self._master_stale else pool.master_address
+            if address is None:
+                address = await pool.get_master_address()
+                self._master_stale = False
         idle = self._idle.setdefault(node, [])
         while idle:
             conn, at = idle.pop()
