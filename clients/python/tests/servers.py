@@ -201,8 +201,10 @@ class Server:
         self.proc = None
 
     def stop(self) -> None:
-        """Stop by pid: SIGCONT if paused, SIGTERM, SIGKILL after a grace period."""
+        """Stop by pid: SIGCONT if paused, SIGTERM, SIGKILL after a grace period; the
+        directory goes too (also after a crash() that was not followed by a start())."""
         if self.proc is None:
+            shutil.rmtree(self.dir, ignore_errors=True)
             return
         self.resume()
         if self.proc.poll() is None:
@@ -379,14 +381,19 @@ class SentinelSet:
         try:
             # Either node may be the primary later: both sync a replica at once.
             config = {"repl-diskless-sync-delay": "0"}
-            primary = Server(self.name, self.binary, config).start()
+            # Each is listed before it starts, so that stop() cleans up after a failure.
+            primary = Server(self.name, self.binary, config)
             self.nodes.append(primary)
+            primary.start()
             config = {**config, "replicaof": f"127.0.0.1 {primary.port}"}
-            self.nodes.append(Server(self.name, self.binary, config).start())
+            replica = Server(self.name, self.binary, config)
+            self.nodes.append(replica)
+            replica.start()
             wait_until("the replica to sync", self._synced, timeout=START_TIMEOUT)
             for _ in range(3):
                 sentinel = SentinelProcess(self.name, self.binary, primary.port)
-                self.sentinels.append(sentinel.start())
+                self.sentinels.append(sentinel)
+                sentinel.start()
             wait_until("the Sentinels to agree", self.settled, timeout=30, interval=0.05)
         except BaseException:
             self.stop()
