@@ -5,7 +5,7 @@ import os
 import threading
 
 import pytest
-from servers import Cluster, Server, selected
+from servers import Cluster, SentinelSet, Server, selected
 
 SERVERS = selected()
 if not SERVERS:
@@ -18,6 +18,10 @@ if not SERVERS:
 # LEASE_CLUSTER_SERVERS (a comma list) narrows it.
 _cluster_only = [n for n in os.environ.get("LEASE_CLUSTER_SERVERS", "").split(",") if n]
 CLUSTER_SERVERS = {n: p for n, p in SERVERS.items() if not _cluster_only or n in _cluster_only}
+# Sentinel tests start five processes each (two data nodes, three Sentinels) and own them:
+# a failover leaves them changed. LEASE_SENTINEL_SERVERS narrows them as above.
+_sentinel_only = [n for n in os.environ.get("LEASE_SENTINEL_SERVERS", "").split(",") if n]
+SENTINEL_SERVERS = {n: p for n, p in SERVERS.items() if not _sentinel_only or n in _sentinel_only}
 
 _ids = itertools.count()
 
@@ -38,6 +42,15 @@ def cluster(request):
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture(params=sorted(SENTINEL_SERVERS))
+def sentinels(request):
+    topology = SentinelSet(request.param, SENTINEL_SERVERS[request.param]).start()
+    try:
+        yield topology
+    finally:
+        topology.stop()
 
 
 @pytest.fixture

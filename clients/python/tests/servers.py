@@ -87,12 +87,18 @@ def wait_until(
 
 
 class Server:
-    def __init__(self, name: str, binary: str, config: Optional[Dict[str, str]] = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        binary: str,
+        config: Optional[Dict[str, str]] = None,
+        port: int = 0,
+    ) -> None:
         self.name = name
         self.binary = binary
         self.config = dict(config or {})
         self.dir = tempfile.mkdtemp(prefix=f"redis-lease-py-{name}-")
-        self.port = 0
+        self.port = port
         self.proc: Optional[subprocess.Popen] = None
         self.stopped = False
 
@@ -103,8 +109,10 @@ class Server:
 
     def start(self) -> Server:
         last = ""
+        fixed = bool(self.port)  # a restart keeps its port: clients and Sentinels know it
         for _ in range(5):
-            self.port = free_port()
+            if not fixed:
+                self.port = free_port()
             args = [
                 self.binary,
                 "--port",
@@ -123,7 +131,7 @@ class Server:
                 module_path(),
             ]
             for name, value in self.config.items():
-                args += [f"--{name}", value]
+                args += [f"--{name}", *value.split()]
             log = open(os.path.join(self.dir, "server.log"), "ab")  # noqa: SIM115
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
             log.close()
@@ -184,9 +192,19 @@ class Server:
             self.proc.kill()
         self.proc.wait()
 
+    def crash(self) -> None:
+        """SIGKILL, as a crash or an OOM kill would (a stopped server dies stopped: what
+        is unread in its sockets is never read); the directory stays, and start() brings
+        the server back on the same port."""
+        self._kill()
+        self.stopped = False
+        self.proc = None
+
     def stop(self) -> None:
-        """Stop by pid: SIGCONT if paused, SIGTERM, SIGKILL after a grace period."""
+        """Stop by pid: SIGCONT if paused, SIGTERM, SIGKILL after a grace period; the
+        directory goes too (also after a crash() that was not followed by a start())."""
         if self.proc is None:
+            shutil.rmtree(self.dir, ignore_errors=True)
             return
         self.resume()
         if self.proc.poll() is None:
@@ -267,3 +285,199 @@ class Cluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+MASTER_NAME = "m"
+# A primary silent this long is down (subjectively; objectively once two agree).
+DOWN_AFTER_MS = 1000
+FAILOVER_TIMEOUT_MS = 3000
+
+
+class SentinelProcess:
+    """One Sentinel (``<binary> sentinel.conf --sentinel``): the data binary in Sentinel
+    mode, without the module (Sentinel mode holds no data and ignores loadmodule)."""
+
+    def __init__(self, name: str, binary: str, primary_port: int) -> None:
+        self.name = name
+        self.binary = binary
+        self.dir = tempfile.mkdtemp(prefix=f"redis-lease-py-{name}-sentinel-")
+        self.port = free_port()
+        self.proc: Optional[subprocess.Popen] = None
+        conf = [
+            f"port {self.port}",
+            "bind 127.0.0.1",
+            f"dir {self.dir}",
+            "logfile server.log",
+            f"sentinel monitor {MASTER_NAME} 127.0.0.1 {primary_port} 2",
+            f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}",
+            f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}",
+        ]
+        Path(self.dir, "sentinel.conf").write_text("\n".join(conf) + "\n")
+
+    def start(self) -> SentinelProcess:
+        self.proc = subprocess.Popen(
+            [self.binary, os.path.join(self.dir, "sentinel.conf"), "--sentinel"],
+            cwd=self.dir,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(f"Sentinel on {self.port}", self._answers, timeout=START_TIMEOUT)
+        return self
+
+    def _answers(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"Sentinel exited:\n{self.log()[-4000:]}")
+        try:
+            with self.client() as r:
+                return bool(r.ping())
+        except redis.ConnectionError:
+            return False
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(
+            host="127.0.0.1", port=self.port, decode_responses=True, socket_timeout=2
+        )
+
+    def master(self) -> Dict[str, str]:
+        """SENTINEL MASTER as a dict of strings (parsed by some redis-py versions only)."""
+        with self.client() as r:
+            reply = r.execute_command("SENTINEL", "MASTER", MASTER_NAME)
+        if not isinstance(reply, dict):
+            reply = dict(zip(reply[::2], reply[1::2]))
+        return {k: str(v) for k, v in reply.items()}
+
+    def log(self) -> str:
+        try:
+            return Path(self.dir, "server.log").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class SentinelSet:
+    """A primary and a replica, both with the module, watched by three Sentinels
+    (quorum 2, down after 1 s) under the name ``m``."""
+
+    def __init__(self, name: str, binary: str) -> None:
+        self.name = name
+        self.binary = binary
+        self.nodes: List[Server] = []
+        self.sentinels: List[SentinelProcess] = []
+
+    def start(self) -> SentinelSet:
+        try:
+            # Either node may be the primary later: both sync a replica at once.
+            config = {"repl-diskless-sync-delay": "0"}
+            # Each is listed before it starts, so that stop() cleans up after a failure.
+            primary = Server(self.name, self.binary, config)
+            self.nodes.append(primary)
+            primary.start()
+            config = {**config, "replicaof": f"127.0.0.1 {primary.port}"}
+            replica = Server(self.name, self.binary, config)
+            self.nodes.append(replica)
+            replica.start()
+            wait_until("the replica to sync", self._synced, timeout=START_TIMEOUT)
+            for _ in range(3):
+                sentinel = SentinelProcess(self.name, self.binary, primary.port)
+                self.sentinels.append(sentinel)
+                sentinel.start()
+            wait_until("the Sentinels to agree", self.settled, timeout=30, interval=0.05)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _synced(self) -> bool:
+        with self.nodes[1].client() as r:
+            return r.info("replication").get("master_link_status") == "up"
+
+    def settled(self) -> bool:
+        """Every Sentinel names the same primary, sees it up with its replica and the two
+        other Sentinels, and no failover is under way."""
+        seen = set()
+        for s in self.sentinels:
+            try:
+                m = s.master()
+            except redis.RedisError:
+                return False
+            if m.get("flags") != "master" or m.get("num-slaves") != "1":
+                return False
+            if m.get("num-other-sentinels") != "2":
+                return False
+            seen.add(int(m["port"]))
+        return len(seen) == 1
+
+    def primary_port(self) -> int:
+        """The primary as the Sentinels see it (the first that answers)."""
+        return int(self.sentinels[0].master()["port"])
+
+    def node(self, port: int) -> Server:
+        return next(n for n in self.nodes if n.port == port)
+
+    @property
+    def primary(self) -> Server:
+        return self.node(self.primary_port())
+
+    def addresses(self) -> List[tuple]:
+        return [("127.0.0.1", s.port) for s in self.sentinels]
+
+    def failover(self) -> Server:
+        """SENTINEL FAILOVER, then wait until the other node is the primary and says so
+        itself; returns it."""
+        old = self.primary_port()
+        with self.sentinels[0].client() as r:
+            r.execute_command("SENTINEL", "FAILOVER", MASTER_NAME)
+        new = self.wait_new_primary(old)
+        return new
+
+    def wait_new_primary(self, old: int, timeout: float = 20) -> Server:
+        def promoted() -> Optional[int]:
+            port = self.primary_port()
+            if port == old:
+                return None
+            with self.node(port).client() as r:
+                return port if r.info("replication")["role"] == "master" else None
+
+        return self.node(int(wait_until("a new primary", promoted, timeout=timeout)))  # type: ignore[arg-type]
+
+    def logs(self) -> str:
+        parts = [f"--- {n.name} :{n.port}\n{n.log()[-3000:]}" for n in self.nodes]
+        parts += [f"--- sentinel :{s.port}\n{s.log()[-3000:]}" for s in self.sentinels]
+        return "\n".join(parts)
+
+    def stop(self) -> None:
+        for s in self.sentinels:
+            s.stop()
+        for n in self.nodes:
+            n.stop()
+
+
+def unread_at(port: int) -> int:
+    """The most bytes waiting unread in one connection accepted on ``port`` (from
+    /proc/net/tcp): a stopped server's clients' requests, sent and not yet read."""
+    most = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, queues = fields[1], fields[3], fields[4]
+            if state != "01" or int(local.rsplit(":", 1)[1], 16) != port:
+                continue
+            most = max(most, int(queues.split(":")[1], 16))
+    return most

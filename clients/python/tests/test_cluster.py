@@ -152,7 +152,10 @@ def test_cluster_asyncio(cluster):
 
 def test_cluster_a_lease_follows_its_slot_to_another_node(cluster, rc):
     """Slot migration: the watchdog's renewal meets MOVED, learns the new owner and
-    renews there; the lease stays held with its fence."""
+    renews there; the lease stays held with its fence. A fenced write during the
+    migration follows ASK to the importing node, and one after it reaches the new owner
+    (following MOVED if the slot table has not learnt it yet): a redirect did not run,
+    so following it is no retry."""
     tags = tags_on_every_node(rc)
     ttl = 900
     key = f"{{{tags[0]}}}moving"
@@ -168,8 +171,15 @@ def test_cluster_a_lease_follows_its_slot_to_another_node(cluster, rc):
         dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
         src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
         src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", key)
+        resource, doc = key + ":fence", key + ":doc"  # new keys: the source has neither
+        # A new record: not on the migrating node, so ASK sends it to the importing one.
+        # (A fenced command with keys of its own would get TRYAGAIN there, raised as is.)
+        assert lease.fence_call(resource) == lease.fence
         for node in cluster.nodes:
             node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        assert dst.exists(resource) == 1
+        assert lease.fence_call(resource, "SET", doc, "after") in ("OK", True)
+        assert dst.get(doc) == "after"
         moved_at = lease.renewals
         wait_until("renewals on the new node", lambda: lease.renewals >= moved_at + 3, timeout=3)
         assert lease.state is State.HELD

@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 from conftest import watchdog_threads
-from servers import wait_until
+from servers import Server, wait_until
 
 from redis_lease import LeaseLost, Leases, NotAcquired, StaleFence, State
 
@@ -381,3 +381,36 @@ def test_a_key_overwritten_with_another_type_is_lost(r, leases, key):
     r.set(key, "not a lease")
     assert lease.lost.wait(2)
     assert "answered" in lease.reason or "WRONGTYPE" in lease.reason
+
+
+def test_readonly_from_a_demoted_server_is_a_lost_connection_not_an_answer(server, key):
+    """A server made a replica under a held lease answers the renewals READONLY: the
+    watchdog counts that as a lost connection (suspended, a new connection for the next
+    try, as it would to find a new master), never as an answer, and the lease is lost at
+    its deadline, not at the first READONLY."""
+    primary = Server(server.name, server.binary).start()
+    demoted = Server(server.name, server.binary).start()
+    admin = demoted.client()
+    client = demoted.client()
+    leases = Leases(client)
+    try:
+        ttl = 900
+        lease = leases.acquire(key, ttl)
+        wait_until("a first renewal", lambda: lease.renewals >= 1)
+        admin.execute_command("REPLICAOF", "127.0.0.1", primary.port)
+        connections = int(admin.info("stats")["total_connections_received"])
+        wait_until("suspended", lambda: lease.state is State.SUSPENDED, timeout=2)
+        # Each retry opens a new connection: the READONLY one was dropped.
+        wait_until(
+            "reconnections",
+            lambda: int(admin.info("stats")["total_connections_received"]) >= connections + 2,
+            timeout=2,
+        )
+        assert lease.lost.wait(timeout=2)
+        assert "deadline" in lease.reason
+    finally:
+        leases.close()
+        client.close()
+        admin.close()
+        demoted.stop()
+        primary.stop()

@@ -13,7 +13,7 @@ signal the code can wait on, and fencing tokens carried to every write.
 """
 
 from ._core import State
-from ._errors import LeaseError, LeaseLost, NotAcquired, StaleFence
+from ._errors import LeaseError, LeaseLost, NotAcquired, StaleFence, WriteIndeterminate
 from ._sync import Lease, Leases, Session
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "Session",
     "StaleFence",
     "State",
+    "WriteIndeterminate",
 ]
 
 __version__ = "0.1.0"

@@ -11,7 +11,7 @@ import math
 import secrets
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from redis.exceptions import ResponseError
+from redis.exceptions import AskError, MovedError, ReadOnlyError, ResponseError
 
 from ._errors import LeaseLost, StaleFence
 
@@ -139,6 +139,50 @@ def renewal_outcome(reply: Any) -> str:
     return "unknown"
 
 
+def redirect_of(error: BaseException) -> Optional[Tuple[bool, str]]:
+    """(asking, "host:port") for a MOVED or ASK error (a parsed MovedError/AskError, or
+    a plain ResponseError where the connection has no cluster parser), else None."""
+    words = str(error).split()
+    if isinstance(error, AskError):  # MovedError is one too
+        return not isinstance(error, MovedError), f"{error.host}:{error.port}"
+    if len(words) == 3 and words[0] in ("MOVED", "ASK"):
+        return words[0] == "ASK", words[2]
+    return None
+
+
+def moved_error(reply: Any) -> Optional[MovedError]:
+    """The redirect in a reply: a MovedError, or (when the connection was set up without
+    redis-py's cluster parser, as in redis-py 5) a plain ``MOVED slot host:port`` error."""
+    if isinstance(reply, MovedError):
+        return reply
+    if isinstance(reply, ResponseError) and str(reply).startswith("MOVED "):
+        try:
+            return MovedError(str(reply)[len("MOVED ") :])
+        except (ValueError, IndexError):
+            return None
+    return None
+
+
+class Unanswered(Exception):
+    """A fenced write attempt failed on its connection; ``sent``: whether any of it was
+    handed to the socket (then it may have run)."""
+
+    def __init__(self, error: BaseException, sent: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.sent = sent
+
+
+def retry_delay(ttl_ms: int) -> float:
+    """Seconds before trying again after a failed renewal or fenced write: ttl/10, within
+    bounds."""
+    return min(max(ttl_ms / 1000 * RETRY_FRACTION, RETRY_MIN_S), RETRY_MAX_S)
+
+
+def is_demoted(error: BaseException) -> bool:
+    return isinstance(error, ReadOnlyError) or str(error).startswith("READONLY")
+
+
 class LeaseCore:
     """The client-side state of one hold. The sync and asyncio ``Lease`` classes derive
     from it; every method that changes state is called with the owning ``Leases``'s lock
@@ -264,8 +308,7 @@ class LeaseCore:
         if not self._active():
             return
         self._failing = True
-        retry = min(max(self._interval * RETRY_FRACTION * 3, RETRY_MIN_S), RETRY_MAX_S)
-        self._due = now + retry
+        self._due = now + retry_delay(self.ttl_ms)
         self._settle()
         self._refresh(now)
 

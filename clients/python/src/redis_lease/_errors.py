@@ -49,3 +49,30 @@ class StaleFence(LeaseLost):
         self.resource = resource
         self.fence = fence
         self.highest = highest
+
+
+class WriteIndeterminate(LeaseError):
+    """A fenced write (``fence_call``) was sent and no reply came before the lease's
+    deadline, or the connection failed after it was sent: it may have run once (on the
+    server it reached, even after this exception), or not at all. It is never sent again
+    unless the call asked for retries. Nothing is known of the lease by this alone: see
+    its ``state`` (``suspended`` until a renewal confirms it, ``lost`` once its deadline
+    has passed).
+
+    ``lease``, ``resource`` and ``fence`` are those of the write; ``attempts`` how many
+    times it was sent; the error that ended the last attempt is ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        lease: Any = None,
+        resource: Any = None,
+        fence: Optional[int] = None,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message)
+        self.lease = lease
+        self.resource = resource
+        self.fence = fence
+        self.attempts = attempts

@@ -9,8 +9,11 @@ from types import TracebackType
 from typing import Any, Dict, List, Optional, Tuple, Type
 
 from redis.backoff import NoBackoff
-from redis.exceptions import MovedError, ResponseError
+from redis.connection import Connection, SSLConnection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError, SentinelManagedConnection
 
 from ._core import (
     ACTIVE,
@@ -19,16 +22,21 @@ from ._core import (
     LeaseCore,
     State,
     Tracker,
+    Unanswered,
     acquire_args,
     batch_timeout,
     check_ttl,
     grant_fence,
+    is_demoted,
     is_stale,
+    moved_error,
     new_token,
+    redirect_of,
     renew_commands,
+    retry_delay,
     stale_fence,
 )
-from ._errors import LeaseLost, NotAcquired
+from ._errors import LeaseLost, NotAcquired, WriteIndeterminate
 
 __all__ = ["Lease", "Leases", "Session"]
 
@@ -39,17 +47,8 @@ def _is_cluster(client: Any) -> bool:
     return hasattr(client, "get_node_from_key") and hasattr(client, "nodes_manager")
 
 
-def _moved(reply: Any) -> Optional[MovedError]:
-    """The redirect in a reply: a MovedError, or (when the connection was set up without
-    redis-py's cluster parser, as in redis-py 5) a plain ``MOVED slot host:port`` error."""
-    if isinstance(reply, MovedError):
-        return reply
-    if isinstance(reply, ResponseError) and str(reply).startswith("MOVED "):
-        try:
-            return MovedError(str(reply)[len("MOVED ") :])
-        except (ValueError, IndexError):
-            return None
-    return None
+def _pause(delay: float, left: Optional[float]) -> None:
+    time.sleep(delay if left is None else min(delay, max(left, 0.0)))
 
 
 class Lease(LeaseCore):
@@ -137,23 +136,83 @@ class Lease(LeaseCore):
             self._lose("the release found the token no longer holding the key")
             return False
 
-    def fence_call(self, resource: KeyT, *args: Any) -> Any:
+    def fence_call(self, resource: KeyT, *args: Any, retries: int = 0) -> Any:
         """``LEASE.FENCE resource fence *args``: run the command only if no later holder
         has written through ``resource``, in one atomic step; without a command, raise
-        the resource's fence to this one. Returns the command's reply. Raises
-        :class:`StaleFence` (and the lease becomes ``lost``) when the resource already
-        accepted a higher fence; :class:`LeaseLost` without sending when the lease is
-        known to be lost."""
+        the resource's fence to this one. Returns the command's reply.
+
+        The write is sent once, over a connection of this client's own, and its reply
+        awaited no longer than the lease's time left. Raises :class:`StaleFence` (and the
+        lease becomes ``lost``) when the resource already accepted a higher fence;
+        :class:`LeaseLost` without sending when the lease is known to be lost;
+        :class:`WriteIndeterminate` when it was sent and no reply came in time or the
+        connection failed after sending (the lease is then ``suspended``, or ``lost``
+        once its deadline has passed): it may have run, and may still run on the server
+        it reached, but this call never sends it again. A connection error before anything
+        was sent propagates as redis-py raised it (the write did not run).
+
+        ``retries``: how many more times to send it after such a failure, each on a new
+        connection, while the lease is still held or suspended and within its deadline.
+        Only for a command that is safe to run twice (a retry after an unanswered attempt
+        can make it run twice)."""
         self.check()
-        try:
-            return self._owner.client.execute_command("LEASE.FENCE", resource, self.fence, *args)
-        except ResponseError as e:
-            if not is_stale(e):
-                raise
-            error = stale_fence(e, self, resource)
-            with self._owner._lock:
-                self._lose(f"a later holder wrote to {resource!r}")
-            raise error from None
+        owner = self._owner
+        command = ("LEASE.FENCE", resource, self.fence, *args)
+        sent = 0
+        cause: Optional[BaseException] = None
+        while True:
+            with owner._lock:
+                self._refresh(_clock())
+                if self._state not in ACTIVE:
+                    if sent:
+                        raise self._indeterminate(resource, sent) from cause
+                    raise self._lost_error()
+                left = self._deadline_in(_clock())
+            try:
+                return owner._fence_once(resource, command, left)
+            except ResponseError as e:
+                if not is_stale(e):
+                    raise
+                error = stale_fence(e, self, resource)
+                with owner._lock:
+                    self._lose(f"a later holder wrote to {resource!r}")
+                raise error from None
+            except Unanswered as failure:
+                self._write_failed()
+                if failure.sent:
+                    sent += 1
+                    cause = failure.error
+                if retries <= 0:
+                    if sent:
+                        raise self._indeterminate(resource, sent) from cause
+                    if self.state not in ACTIVE:
+                        raise self._lost_error() from failure.error
+                    raise failure.error from None
+                retries -= 1
+                # As the watchdog after a failed renewal: ttl/10, from 5 to 250 ms.
+                _pause(retry_delay(self.ttl_ms), self._deadline_in(_clock()))
+
+    def _indeterminate(self, resource: KeyT, attempts: int) -> WriteIndeterminate:
+        return WriteIndeterminate(
+            f"fenced write to {resource!r} (fence {self.fence}) got no reply before the "
+            f"lease's deadline or lost its connection: it may or may not have run",
+            self,
+            resource,
+            self.fence,
+            attempts,
+        )
+
+    def _write_failed(self) -> None:
+        """A fenced write went unanswered: the server may not be answering, so the lease
+        is suspended (lost at its deadline) until the watchdog confirms a renewal, which
+        it tries at once. A hold that lives by its session suspends the session."""
+        with self._owner._lock:
+            target: LeaseCore = self
+            if not self._renewing and self.session is not None:
+                target = self.session
+            target._unconfirmed(_clock())
+            self._refresh(_clock())
+            self._owner._wake()
 
     def __enter__(self) -> Lease:
         return self
@@ -170,8 +229,8 @@ class Lease(LeaseCore):
         except Exception:
             if exc is None:
                 raise
-        if exc is not None and isinstance(exc, LeaseLost):
-            return  # the body's own LeaseLost (or StaleFence) says it already
+        if exc is not None and isinstance(exc, (LeaseLost, WriteIndeterminate)):
+            return  # the body's own LeaseLost (StaleFence) or WriteIndeterminate says it
         if was_lost or self._state is State.LOST:
             raise self._lost_error() from exc
 
@@ -193,41 +252,235 @@ class Session(Lease):
             return [h for h in self._bound.values() if isinstance(h, Lease)]
 
 
+def _set_timeout(conn: Any, timeout: Optional[float]) -> None:
+    conn.socket_timeout = timeout
+    conn.socket_connect_timeout = timeout
+    sock = getattr(conn, "_sock", None)
+    if sock is not None:
+        sock.settimeout(timeout)
+
+
+def _connected(conn: Any) -> bool:
+    return getattr(conn, "_sock", None) is not None
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _connection_settings(pool: Any) -> Tuple[Any, Dict[str, Any]]:
+    """The class and arguments of a connection like the pool's (credentials, TLS, db,
+    protocol, decoding), with no retries and no health checks: one call is one attempt,
+    its time bounded by the caller."""
+    kwargs = dict(pool.connection_kwargs)
+    # Belongs to the user's pool (redis-py 6+): these connections are not part of it.
+    kwargs.pop("maint_notifications_pool_handler", None)
+    kwargs.pop("connection_pool", None)
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    kwargs["health_check_interval"] = 0
+    cls = pool.connection_class
+    if issubclass(cls, SentinelManagedConnection):
+        # Dialled at the address the Sentinels name (see _Sentinels), as a plain
+        # connection: redis-py 8's send_packed_command connects through
+        # connect_check_health(), which skips SentinelManagedConnection.connect() (the
+        # override that asks the Sentinels), and such a connection dials localhost:6379.
+        cls = SSLConnection if issubclass(cls, SSLConnection) else Connection
+    return cls, kwargs
+
+
+class _Sentinels:
+    """Which server the Sentinels of a ``Sentinel(...).master_for(name)`` pool name as the
+    master, decided as redis-py's ``discover_master`` does (the first Sentinel that names
+    a master it does not see down, with enough other Sentinels in view; it then goes
+    first), but over connections of this client's own, each call bounded by a timeout: a
+    Sentinel that does not answer costs at most the time left, never a hung watchdog."""
+
+    def __init__(self, pool: Any) -> None:
+        manager = pool.sentinel_manager
+        self.service = pool.service_name
+        self.min_other = int(getattr(manager, "min_other_sentinels", 0) or 0)
+        self.force_ip = getattr(manager, "_force_master_ip", None)
+        # The watchdog and the threads of fenced writes ask through the same connections.
+        self._lock = threading.Lock()
+        self.conns = []
+        for sentinel in manager.sentinels:
+            cls, kwargs = _connection_settings(sentinel.connection_pool)
+            self.conns.append(cls(**kwargs))
+
+    def master(self, timeout: float) -> Optional[Tuple[str, int]]:
+        """The master's (host, port), or None when no Sentinel names one in time."""
+        deadline = _clock() + timeout
+        if not self._lock.acquire(timeout=timeout):
+            return None
+        try:
+            return self._ask(deadline)
+        finally:
+            self._lock.release()
+
+    def _ask(self, deadline: float) -> Optional[Tuple[str, int]]:
+        for i, conn in enumerate(self.conns):
+            left = deadline - _clock()
+            if left <= 0:
+                return None
+            _set_timeout(conn, left)
+            try:
+                conn.send_command("SENTINEL", "MASTER", self.service, check_health=False)
+                reply = conn.read_response()
+            except ResponseError:  # this Sentinel does not know the name
+                continue
+            except Exception:
+                conn.disconnect()
+                continue
+            address = self._address(reply)
+            if address is not None:
+                if i:
+                    self.conns.insert(0, self.conns.pop(i))
+                return address
+        return None
+
+    def _address(self, reply: Any) -> Optional[Tuple[str, int]]:
+        if isinstance(reply, dict):
+            pairs = list(reply.items())
+        elif isinstance(reply, (list, tuple)):
+            pairs = list(zip(reply[::2], reply[1::2]))
+        else:
+            return None
+        fields = {_text(k): v for k, v in pairs}
+        flags = set(_text(fields.get("flags", "")).split(","))
+        if "master" not in flags or "s_down" in flags or "o_down" in flags:
+            return None
+        try:
+            if int(fields.get("num-other-sentinels", 0)) < self.min_other:
+                return None
+            host = self.force_ip if self.force_ip is not None else _text(fields["ip"])
+            return host, int(fields["port"])
+        except (KeyError, ValueError):
+            return None
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self.conns:
+                conn.disconnect()
+
+
+class _Endpoint:
+    """How this client reaches one server besides the user's pool: the watchdog's link
+    (one connection, used by its thread alone) and the connections of fenced writes (any
+    thread; reused while they work, dropped on any failure). On a Sentinel pool the
+    address is the master the Sentinels name, asked again before every renewal batch, so
+    the renewals and the fenced writes follow a failover within one renewal interval
+    (a demoted master goes on accepting writes until Sentinel reconfigures it, ~10 s)."""
+
+    def __init__(self, pool: Any) -> None:
+        self.cls, self.kwargs = _connection_settings(pool)
+        sentinel = issubclass(pool.connection_class, SentinelManagedConnection)
+        self.sentinels = _Sentinels(pool) if sentinel else None
+        #: Sentinel: the master last named (None before the first answer).
+        self.address: Optional[Tuple[str, int]] = None
+        self.default_timeout: Optional[float] = self.kwargs.get("socket_timeout")
+        self.link = _Link(self)
+        self._idle: List[Tuple[Any, Any]] = []
+        self._lock = threading.Lock()
+
+    def locate(self, timeout: float) -> None:
+        """Sentinel: ask again which server is the master (keep the last answer when no
+        Sentinel gives one: the server last named is still the best guess)."""
+        if self.sentinels is not None:
+            found = self.sentinels.master(timeout)
+            if found is not None:
+                self.address = found
+
+    def connection(self) -> Any:
+        """A new, unconnected connection to the server this endpoint stands for now."""
+        if self.sentinels is None:
+            return self.cls(**self.kwargs)
+        if self.address is None:
+            raise MasterNotFoundError("no Sentinel named a master in time")
+        host, port = self.address
+        return self.cls(**{**self.kwargs, "host": host, "port": port})
+
+    def take(self) -> Tuple[Any, Any]:
+        """A connection for one fenced write, and the address it is for."""
+        with self._lock:
+            while self._idle:
+                conn, address = self._idle.pop()
+                if address == self.address and _idle_clean(conn):
+                    return conn, address
+                conn.disconnect()
+        return self.connection(), self.address
+
+    def give(self, conn: Any, address: Any) -> None:
+        with self._lock:
+            if address == self.address and _connected(conn):
+                self._idle.append((conn, address))
+                return
+        conn.disconnect()
+
+    def close(self) -> None:
+        self.link.close()
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn, _address in idle:
+            conn.disconnect()
+        if self.sentinels is not None:
+            self.sentinels.close()
+
+
+def _idle_clean(conn: Any) -> bool:
+    """An idle connection with nothing to read (an EOF or a stray reply says the server
+    closed it, or something is out of step): a write sent on a closed connection would be
+    reported indeterminate when it surely did not run."""
+    try:
+        return _connected(conn) and not conn.can_read(timeout=0)
+    except Exception:
+        return False
+
+
 class _Link:
     """The watchdog's own connection to one server: no retries, and a timeout set per
     batch, so a server that stops answering turns into ``suspended`` and then ``lost``
-    on time instead of hanging the watchdog."""
+    on time instead of hanging the watchdog. A ``READONLY`` reply (a master demoted under
+    it) is a connection loss, not an answer: the connection is dropped and the next batch
+    goes where the Sentinels say."""
 
-    def __init__(self, pool: Any) -> None:
-        kwargs = dict(pool.connection_kwargs)
-        # Belongs to the user's pool (redis-py 6+): the link is not part of that pool.
-        kwargs.pop("maint_notifications_pool_handler", None)
-        kwargs["retry"] = Retry(NoBackoff(), 0)
-        kwargs["health_check_interval"] = 0
-        self.conn = pool.connection_class(**kwargs)
+    def __init__(self, endpoint: _Endpoint) -> None:
+        self.endpoint = endpoint
+        self.conn: Any = None
+        self.address: Any = None
 
     def call(self, commands: List[Tuple[Any, ...]], timeout: float) -> List[Any]:
-        conn = self.conn
-        conn.socket_timeout = timeout
-        conn.socket_connect_timeout = timeout
-        sock = getattr(conn, "_sock", None)
-        if sock is not None:
-            sock.settimeout(timeout)
+        endpoint = self.endpoint
+        deadline = _clock() + timeout
+        if endpoint.sentinels is not None:
+            # Half the time at most: the renewals need the rest.
+            endpoint.locate(timeout / 2)
+            if self.conn is not None and self.address != endpoint.address:
+                self.close()
+        replies: List[Any] = []
         try:
+            if self.conn is None:
+                self.conn = endpoint.connection()
+                self.address = endpoint.address
+            conn = self.conn
+            _set_timeout(conn, max(deadline - _clock(), 0.001))
             conn.send_packed_command(conn.pack_commands(commands), check_health=False)
-            replies: List[Any] = []
             for _ in commands:
                 try:
                     replies.append(conn.read_response())
                 except ResponseError as e:
+                    if is_demoted(e):
+                        raise RedisConnectionError(f"{self.address} is a replica now: {e}") from e
                     replies.append(e)
             return replies
         except Exception as e:
-            conn.disconnect()
-            return [e] * len(commands)
+            self.close()
+            return replies + [e] * (len(commands) - len(replies))
 
     def close(self) -> None:
-        self.conn.disconnect()
+        if self.conn is not None:
+            self.conn.disconnect()
+        self.conn = None
+        self.address = None
 
 
 class Leases:
@@ -255,7 +508,8 @@ class Leases:
         self._tracker = Tracker()
         self._thread: Optional[threading.Thread] = None
         self._closed = False
-        self._links: Dict[Any, _Link] = {}
+        self._endpoints: Dict[Any, _Endpoint] = {}
+        self._endpoints_lock = threading.Lock()
         #: Renewal batches sent (one pipelined round trip per server each).
         self.batches = 0
 
@@ -449,11 +703,11 @@ class Leases:
             groups.setdefault(node, []).append(i)
         commands = renew_commands(batch)
         for node, indexes in groups.items():
-            link = self._link(node)
+            link = self._endpoint(node).link
             answers = link.call([commands[i] for i in indexes], timeout)
             for i, answer in zip(indexes, answers):
                 replies[i] = answer
-                moved = _moved(answer)
+                moved = moved_error(answer)
                 if moved is not None:
                     self._note_redirect(moved)
         return replies
@@ -466,16 +720,87 @@ class Leases:
         manager = self.client.nodes_manager
         return manager.get_node_from_slot(self.client.keyslot(key)).name
 
-    def _link(self, node: Any) -> _Link:
-        link = self._links.get(node)
-        if link is None:
-            if node is None:
-                pool = self.client.connection_pool
-            else:
-                cluster_node = self.client.get_node(node_name=node)
-                pool = self.client.get_redis_connection(cluster_node).connection_pool
-            link = self._links[node] = _Link(pool)
-        return link
+    def _endpoint(self, node: Any) -> _Endpoint:
+        with self._endpoints_lock:
+            endpoint = self._endpoints.get(node)
+            if endpoint is None:
+                if node is None:
+                    pool = self.client.connection_pool
+                else:
+                    cluster_node = self.client.get_node(node_name=node)
+                    if cluster_node is None:
+                        raise RedisConnectionError(f"no cluster node {node}")
+                    pool = self.client.get_redis_connection(cluster_node).connection_pool
+                endpoint = self._endpoints[node] = _Endpoint(pool)
+            return endpoint
+
+    # -- fenced writes -----------------------------------------------------------------
+
+    def _fence_once(
+        self, resource: KeyT, command: Tuple[Any, ...], timeout: Optional[float]
+    ) -> Any:
+        """Send one fenced write and read its reply, within ``timeout`` seconds (None: the
+        client's socket_timeout), on a connection of this client's own. In a cluster a
+        MOVED or ASK reply (the write did not run) is followed, a few hops at most. A
+        failure on the connection raises Unanswered, saying whether anything was sent."""
+        start = _clock()
+        try:
+            node = self._node_for(resource)
+        except Exception as e:
+            raise Unanswered(e, sent=False) from e
+        asking = False
+        for _hop in range(4):
+            try:
+                endpoint = self._endpoint(node)
+            except Exception as e:
+                raise Unanswered(e, sent=False) from e
+            limit = endpoint.default_timeout if timeout is None else timeout
+            deadline = None if limit is None else start + limit
+
+            def left(deadline: Optional[float] = deadline) -> Optional[float]:
+                return None if deadline is None else max(deadline - _clock(), 0.001)
+
+            if endpoint.sentinels is not None and endpoint.address is None:
+                endpoint.locate(left() or 1.0)
+            sent = False
+            try:
+                conn, address = endpoint.take()
+            except Exception as e:
+                raise Unanswered(e, sent=False) from e
+            try:
+                _set_timeout(conn, left())
+                if not _connected(conn):
+                    conn.connect()
+                    _set_timeout(conn, left())
+                commands = [("ASKING",), command] if asking else [command]
+                sent = True
+                conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                if asking:
+                    conn.read_response()
+                reply = conn.read_response()
+            except ResponseError as e:
+                if is_demoted(e):
+                    # Refused, so it did not run; the next attempt asks the Sentinels.
+                    conn.disconnect()
+                    if endpoint.address == address:
+                        endpoint.address = None
+                    raise Unanswered(e, sent=False) from e
+                endpoint.give(conn, address)
+                redirect = redirect_of(e)
+                if redirect is None or node is None:
+                    raise
+                asking, target = redirect
+                moved = None if asking else moved_error(e)
+                if moved is not None:
+                    self._note_redirect(moved)
+                node = target
+                continue
+            except Exception as e:
+                conn.disconnect()
+                raise Unanswered(e, sent=sent) from e
+            endpoint.give(conn, address)
+            return reply
+        raise ResponseError(f"too many redirects for the fenced write to {resource!r}")
 
     def _note_redirect(self, error: Exception) -> None:
         # Let the cluster client learn the new slot owner, as its own commands would
@@ -508,9 +833,11 @@ class Leases:
         with self._lock:
             for lease in remaining:
                 lease._lose("Leases.close() was called while it was held")
-        for link in self._links.values():
-            link.close()
-        self._links.clear()
+        with self._endpoints_lock:
+            endpoints = list(self._endpoints.values())
+            self._endpoints.clear()
+        for endpoint in endpoints:
+            endpoint.close()
 
     def __enter__(self) -> Leases:
         return self

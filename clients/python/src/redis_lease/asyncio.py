@@ -14,8 +14,13 @@ import contextlib
 import math
 import time
 from types import TracebackType
-from typing import Any, Generator, List, Optional, Type
+from typing import Any, Dict, Generator, List, Optional, Tuple, Type
 
+from redis.asyncio.connection import Connection, SSLConnection
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import SentinelManagedConnection
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from ._core import (
@@ -25,16 +30,20 @@ from ._core import (
     LeaseCore,
     State,
     Tracker,
+    Unanswered,
     acquire_args,
     batch_timeout,
     check_ttl,
     grant_fence,
+    is_demoted,
     is_stale,
     new_token,
+    redirect_of,
     renew_commands,
+    retry_delay,
     stale_fence,
 )
-from ._errors import LeaseError, LeaseLost, NotAcquired, StaleFence
+from ._errors import LeaseError, LeaseLost, NotAcquired, StaleFence, WriteIndeterminate
 
 __all__ = [
     "Lease",
@@ -45,9 +54,14 @@ __all__ = [
     "Session",
     "StaleFence",
     "State",
+    "WriteIndeterminate",
 ]
 
 _clock = time.monotonic
+
+
+async def _pause(delay: float, left: Optional[float]) -> None:
+    await asyncio.sleep(delay if left is None else min(delay, max(left, 0.0)))
 
 
 class Lease(LeaseCore):
@@ -113,20 +127,65 @@ class Lease(LeaseCore):
         self._lose("the release found the token no longer holding the key")
         return False
 
-    async def fence_call(self, resource: KeyT, *args: Any) -> Any:
-        """``LEASE.FENCE resource fence *args``; raises :class:`StaleFence` (the lease
-        becomes ``lost``) when a later holder has written through ``resource``."""
+    async def fence_call(self, resource: KeyT, *args: Any, retries: int = 0) -> Any:
+        """``LEASE.FENCE resource fence *args``, sent once on a connection of this
+        client's own with its reply awaited no longer than the lease's time left (see the
+        sync ``fence_call``): :class:`StaleFence` (the lease becomes ``lost``) when a
+        later holder has written through ``resource``; :class:`WriteIndeterminate` when
+        it was sent and no reply came in time (it may have run; it is not sent again
+        unless ``retries`` asks for it, for a command safe to run twice)."""
         self.check()
-        try:
-            return await self._owner.client.execute_command(
-                "LEASE.FENCE", resource, self.fence, *args
-            )
-        except ResponseError as e:
-            if not is_stale(e):
-                raise
-            error = stale_fence(e, self, resource)
-            self._lose(f"a later holder wrote to {resource!r}")
-            raise error from None
+        command = ("LEASE.FENCE", resource, self.fence, *args)
+        sent = 0
+        cause: Optional[BaseException] = None
+        while True:
+            self._refresh(_clock())
+            if self._state not in ACTIVE:
+                if sent:
+                    raise self._indeterminate(resource, sent) from cause
+                raise self._lost_error()
+            left = self._deadline_in(_clock())
+            try:
+                return await self._owner._fence_once(resource, command, left)
+            except ResponseError as e:
+                if not is_stale(e):
+                    raise
+                error = stale_fence(e, self, resource)
+                self._lose(f"a later holder wrote to {resource!r}")
+                raise error from None
+            except Unanswered as failure:
+                self._write_failed()
+                if failure.sent:
+                    sent += 1
+                    cause = failure.error
+                if retries <= 0:
+                    if sent:
+                        raise self._indeterminate(resource, sent) from cause
+                    if self.state not in ACTIVE:
+                        raise self._lost_error() from failure.error
+                    raise failure.error from None
+                retries -= 1
+                # As the watchdog after a failed renewal: ttl/10, from 5 to 250 ms.
+                await _pause(retry_delay(self.ttl_ms), self._deadline_in(_clock()))
+
+    def _indeterminate(self, resource: KeyT, attempts: int) -> WriteIndeterminate:
+        return WriteIndeterminate(
+            f"fenced write to {resource!r} (fence {self.fence}) got no reply before the "
+            f"lease's deadline or lost its connection: it may or may not have run",
+            self,
+            resource,
+            self.fence,
+            attempts,
+        )
+
+    def _write_failed(self) -> None:
+        """Suspended until the watchdog confirms a renewal, which it tries at once."""
+        target: LeaseCore = self
+        if not self._renewing and self.session is not None:
+            target = self.session
+        target._unconfirmed(_clock())
+        self._refresh(_clock())
+        self._owner._wake()
 
     async def __aenter__(self) -> Lease:
         return self
@@ -143,7 +202,7 @@ class Lease(LeaseCore):
         except Exception:
             if exc is None:
                 raise
-        if exc is not None and isinstance(exc, LeaseLost):
+        if exc is not None and isinstance(exc, (LeaseLost, WriteIndeterminate)):
             return
         if was_lost or self._state is State.LOST:
             raise self._lost_error() from exc
@@ -206,6 +265,10 @@ class Leases:
         self._task: Optional[asyncio.Task[None]] = None
         self._waiter: Optional[asyncio.Future[None]] = None
         self._closed = False
+        # Fenced writes' own connections, idle: per cluster node name (None otherwise).
+        self._idle: Dict[Any, List[Tuple[Any, Any]]] = {}
+        # A fenced write met READONLY: ask the Sentinels before the next one.
+        self._master_stale = False
         #: Renewal batches sent.
         self.batches = 0
 
@@ -355,7 +418,8 @@ class Leases:
             timeout = batch_timeout(batch, self._tracker, now)
             sent_at = _clock()
             try:
-                replies = await self._send(batch, timeout)
+                await self._locate(timeout / 2)
+                replies = await self._send(batch, max(timeout - (_clock() - sent_at), 0.001))
             except Exception as e:  # never let the watchdog die: count it as unanswered
                 replies = [e] * len(batch)
             self.batches += 1
@@ -373,6 +437,33 @@ class Leases:
             self._waiter = None
             if timer is not None:
                 timer.cancel()
+
+    def _sentinel_pool(self) -> Any:
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is not None and hasattr(pool, "get_master_address") and pool.is_master:
+            return pool
+        return None
+
+    async def _locate(self, timeout: float) -> None:
+        """On a Sentinel pool, ask the Sentinels which server is the master before each
+        batch (redis-py's own discovery, bounded here by ``timeout``). When it changed,
+        redis-py drops the pool's idle connections, so this batch and the client's next
+        commands go to the new master: a demoted master goes on accepting writes until
+        Sentinel reconfigures it (~10 s), and its connections would otherwise stay."""
+        pool = self._sentinel_pool()
+        if pool is None:
+            return
+        request = asyncio.ensure_future(pool.get_master_address())
+        try:
+            done, _ = await asyncio.wait({request}, timeout=timeout)
+        except asyncio.CancelledError:
+            request.cancel()
+            raise
+        if not done:
+            request.cancel()
+        # No answer: the master last named is still the best guess.
+        with contextlib.suppress(BaseException):
+            await request
 
     async def _send(self, batch: Batch, timeout: float) -> List[Any]:
         """One pipeline (per node on a cluster), its replies awaited at most ``timeout``
@@ -397,6 +488,122 @@ class Leases:
         if error is not None:
             return [error] * len(commands)
         return list(request.result())
+
+    # -- fenced writes -----------------------------------------------------------------
+
+    async def _fence_once(
+        self, resource: KeyT, command: Tuple[Any, ...], timeout: Optional[float]
+    ) -> Any:
+        """One fenced write on a connection of this client's own, its reply awaited at
+        most ``timeout`` seconds (None: the client's socket_timeout); then it is cancelled
+        and its connection dropped. Raises Unanswered (saying whether anything was sent)
+        for a failure on the connection, the server's error for an error reply."""
+        progress = {"sent": False}
+        attempt = asyncio.ensure_future(self._fence_attempt(resource, command, progress))
+        if timeout is None:
+            timeout = self._default_timeout()
+        try:
+            done, _ = await asyncio.wait({attempt}, timeout=timeout)
+        except asyncio.CancelledError:
+            attempt.cancel()
+            raise
+        if not done:
+            attempt.cancel()
+            with contextlib.suppress(BaseException):
+                await attempt
+            error = asyncio.TimeoutError("no reply before the lease's deadline")
+            raise Unanswered(error, progress["sent"])
+        return attempt.result()
+
+    def _default_timeout(self) -> Optional[float]:
+        pool = getattr(self.client, "connection_pool", None)
+        kwargs = getattr(pool, "connection_kwargs", None) or {}
+        return kwargs.get("socket_timeout")
+
+    async def _fence_attempt(
+        self, resource: KeyT, command: Tuple[Any, ...], progress: Dict[str, bool]
+    ) -> Any:
+        cluster = _is_cluster(self.client)
+        try:
+            node = self.client.get_node_from_key(resource).name if cluster else None
+        except Exception as e:
+            raise Unanswered(e, sent=False) from e
+        asking = False
+        for _hop in range(4):
+            try:
+                conn, address = await self._take(node)
+            except Exception as e:
+                raise Unanswered(e, sent=False) from e
+            try:
+                if not conn.is_connected:
+                    await conn.connect()
+                commands = [("ASKING",), command] if asking else [command]
+                progress["sent"] = True
+                await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                if asking:
+                    await conn.read_response()
+                reply = await conn.read_response()
+            except ResponseError as e:
+                if is_demoted(e):
+                    # Refused, so it did not run; the next attempt asks the Sentinels.
+                    await conn.disconnect(nowait=True)
+                    self._master_stale = True
+                    raise Unanswered(e, sent=False) from e
+                self._give(node, conn, address)
+                redirect = redirect_of(e)
+                if redirect is None or not cluster:
+                    raise
+                asking, node = redirect
+                progress["sent"] = False  # refused: it did not run there
+                continue
+            except BaseException as e:
+                await conn.disconnect(nowait=True)
+                if isinstance(e, Exception):
+                    raise Unanswered(e, sent=progress["sent"]) from e
+                raise
+            self._give(node, conn, address)
+            return reply
+        raise ResponseError(f"too many redirects for the fenced write to {resource!r}")
+
+    async def _take(self, node: Any) -> Tuple[Any, Any]:
+        """An idle connection for ``node`` (None: the client's own server), or a new one;
+        with the address it is for (a Sentinel pool's master, else None)."""
+        address = None
+        pool = self._sentinel_pool()
+        if node is None and pool is not None:
+            address = None if self._master_stale else pool.master_address
+            if address is None:
+                address = await pool.get_master_address()
+                self._master_stale = False
+        idle = self._idle.setdefault(node, [])
+        while idle:
+            conn, at = idle.pop()
+            if at == address and conn.is_connected and not await _has_data(conn):
+                return conn, at
+            await conn.disconnect(nowait=True)
+        if node is None:
+            source = self.client.connection_pool
+            cls, kwargs = source.connection_class, dict(source.connection_kwargs)
+        else:
+            host, _, port = node.rpartition(":")
+            cluster_node = self.client.get_node(host=host, port=int(port))
+            if cluster_node is None:
+                raise RedisConnectionError(f"no cluster node {node}")
+            cls, kwargs = cluster_node.connection_class, dict(cluster_node.connection_kwargs)
+            kwargs.update(host=host, port=int(port))
+        if issubclass(cls, SentinelManagedConnection):
+            # A plain connection to the master named: redis-py 8's send_packed_command
+            # would skip the Sentinel override of connect().
+            cls = SSLConnection if issubclass(cls, SSLConnection) else Connection
+            kwargs.update(host=address[0], port=address[1])  # type: ignore[index]
+        kwargs.pop("connection_pool", None)
+        kwargs.pop("maint_notifications_pool_handler", None)
+        kwargs["retry"] = Retry(NoBackoff(), 0)
+        kwargs["health_check_interval"] = 0
+        return cls(**kwargs), address
+
+    def _give(self, node: Any, conn: Any, address: Any) -> None:
+        self._idle.setdefault(node, []).append((conn, address))
 
     # -- closing -----------------------------------------------------------------------
 
@@ -423,6 +630,11 @@ class Leases:
                 pass
         for lease in remaining:
             lease._lose("Leases.close() was called while it was held")
+        idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn, _address in conns:
+                with contextlib.suppress(Exception):
+                    await conn.disconnect()
 
     aclose = close
 
@@ -441,6 +653,22 @@ class Leases:
         """The watchdog task (None before the first lease and after close())."""
         task = self._task
         return task if task is not None and not task.done() else None
+
+
+def _is_cluster(client: Any) -> bool:
+    return hasattr(client, "get_node_from_key") and hasattr(client, "nodes_manager")
+
+
+async def _has_data(conn: Any) -> bool:
+    """An idle connection with something to read (an EOF: the server closed it; a stray
+    reply) is not reused: a write sent on it would be reported indeterminate when it
+    surely did not run."""
+    # can_read from redis-py 8 on; can_read_destructive before (deprecated in 8).
+    probe = getattr(conn, "can_read", None) or conn.can_read_destructive
+    try:
+        return bool(await probe())
+    except Exception:
+        return True
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:
