@@ -18,10 +18,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::calls::{call, exists, int, renew, select, strings, take, text, NONE};
-use common::cluster::{key_slot, Cluster};
+use common::cluster::{key_slot, migration_state, Cluster};
 use common::holds::{holder_fences, holders};
 use common::lease::{lease_info, lease_stat};
-use common::reply::{error_text, pairs};
+use common::reply::error_text;
 use common::session::{assert_bound, bind, bind_many, bind_shared, bound_count, session_stats};
 use common::waiter::Waiter;
 use common::{wait_until, Flavor, Server};
@@ -406,29 +406,6 @@ for_each_server!(redis_cli_reshard_keeps_session_groups, |flavor| {
 
 // ---------------------------------------------------------------------------------------
 // 4. Valkey 9's atomic slot migration
-
-/// The state of the last migration `CLUSTER GETSLOTMIGRATIONS` lists on `node`.
-fn migration_state(node: &Server) -> (String, String) {
-    let reply = call(&mut node.client(), "CLUSTER", "GETSLOTMIGRATIONS");
-    let Value::Array(jobs) = reply else {
-        panic!("CLUSTER GETSLOTMIGRATIONS: {reply:?}");
-    };
-    let Some(last) = jobs.last() else {
-        return (String::new(), String::new());
-    };
-    let fields = pairs(last, "a migration entry");
-    let field = |name: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| match v {
-                Value::Nil => String::new(),
-                v => text(v.clone()),
-            })
-            .unwrap_or_default()
-    };
-    (field("state"), field("message"))
-}
 
 mod atomic_slot_migration_keeps_session_groups {
     use super::*;

@@ -13,12 +13,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::calls::{call, call_error, digest, exists, int, release, renew, restore, select, text};
-use common::cluster::{key_slot, Cluster};
+use common::cluster::{key_slot, migration_state, Cluster};
 use common::errors::{limit_mismatch, OTHER_MODE_ERR};
 use common::holds::{holds_still, info_of, info_still, Acquire, Holder, Still, WAIT};
 use common::lease::{dump, lease_info, lease_stat, Info, INFO_FIELDS};
 use common::rdb::{seal, Body};
-use common::reply::{error_text, expect_error, grant, pairs};
+use common::reply::{error_text, expect_error, grant};
 use common::waiter::Waiter;
 use common::{info_field, master_and_replica, now_ms, wait_until, Flavor, Server, ServerOptions};
 use redis::{Connection, ConnectionLike, Value};
@@ -1149,29 +1149,6 @@ for_each_server!(slot_migration_carries_shared_holds, |flavor| {
         .limit(2)
         .refused(&mut d);
 });
-
-/// The state of the last migration `CLUSTER GETSLOTMIGRATIONS` lists on `node`.
-fn migration_state(node: &Server) -> (String, String) {
-    let reply = call(&mut node.client(), "CLUSTER", "GETSLOTMIGRATIONS");
-    let Value::Array(jobs) = reply else {
-        panic!("CLUSTER GETSLOTMIGRATIONS: {reply:?}");
-    };
-    let Some(last) = jobs.last() else {
-        return (String::new(), String::new());
-    };
-    let fields = pairs(last, "a migration entry");
-    let field = |name: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| match v {
-                Value::Nil => String::new(),
-                v => text(v.clone()),
-            })
-            .unwrap_or_default()
-    };
-    (field("state"), field("message"))
-}
 
 /// Valkey 9 only: the other servers of the matrix have no atomic slot migration.
 mod atomic_slot_migration_carries_shared_holds {

@@ -11,37 +11,14 @@ use std::thread;
 use std::time::Duration;
 
 use common::calls::{call, int, renew, stale, take, text};
-use common::cluster::{key_slot, Cluster};
+use common::cluster::{key_slot, migration_state, Cluster};
 use common::lease::{lease_info, lease_stat};
-use common::reply::{error_text, expect_error, pairs};
+use common::reply::{error_text, expect_error};
 use common::{wait_until, Flavor, Server};
 use redis::Value;
 
 const MINUTE: u64 = 60_000;
 const WAIT: Duration = Duration::from_secs(20);
-
-/// The state of the last migration `CLUSTER GETSLOTMIGRATIONS` lists on `node`.
-fn migration_state(node: &Server) -> (String, String) {
-    let reply = call(&mut node.client(), "CLUSTER", "GETSLOTMIGRATIONS");
-    let Value::Array(jobs) = reply else {
-        panic!("CLUSTER GETSLOTMIGRATIONS: {reply:?}");
-    };
-    let Some(last) = jobs.last() else {
-        return (String::new(), String::new());
-    };
-    let fields = pairs(last, "a migration entry");
-    let field = |name: &str| {
-        fields
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| match v {
-                Value::Nil => String::new(),
-                v => text(v.clone()),
-            })
-            .unwrap_or_default()
-    };
-    (field("state"), field("message"))
-}
 
 mod atomic_slot_migration_carries_leases_and_records {
     use super::*;

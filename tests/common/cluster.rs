@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use redis::{Connection, ConnectionLike, Value};
 
-use super::calls::text;
-use super::reply::assert_ok;
+use super::calls::{call, text};
+use super::reply::{assert_ok, pairs};
 use super::{free_port, info_field, wait_until, Flavor, Server, ServerOptions};
 
 /// `cluster-node-timeout`: small, so gossip (a node pings peers it has not heard from in
@@ -601,4 +601,28 @@ pub fn keys_by_slot(node: &Server) -> BTreeMap<u16, usize> {
         *by_slot.entry(key_slot(key.as_bytes())).or_insert(0) += 1;
     }
     by_slot
+}
+
+/// The state and message of the last migration `CLUSTER GETSLOTMIGRATIONS` lists on
+/// `node` (Valkey 9's atomic slot migration); empty strings when there is none.
+pub fn migration_state(node: &Server) -> (String, String) {
+    let reply = call(&mut node.client(), "CLUSTER", "GETSLOTMIGRATIONS");
+    let Value::Array(jobs) = reply else {
+        panic!("CLUSTER GETSLOTMIGRATIONS: {reply:?}");
+    };
+    let Some(last) = jobs.last() else {
+        return (String::new(), String::new());
+    };
+    let fields = pairs(last, "a migration entry");
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| match v {
+                Value::Nil => String::new(),
+                v => text(v.clone()),
+            })
+            .unwrap_or_default()
+    };
+    (field("state"), field("message"))
 }
