@@ -307,7 +307,10 @@ impl Cluster {
 
     /// `CLUSTER NODES` as `node` sees it.
     pub fn nodes_seen_by(&self, node: &Server) -> Vec<NodeLine> {
-        parse_nodes(&text(query(node, &["CLUSTER", "NODES"])))
+        let reply = node
+            .poll_query(redis::cmd("CLUSTER").arg("NODES"))
+            .unwrap_or_else(|e| panic!("CLUSTER NODES on port {}: {e}", node.port));
+        parse_nodes(&text(reply))
     }
 
     fn index_of(&self, id: &str) -> usize {

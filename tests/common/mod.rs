@@ -568,6 +568,11 @@ pub struct Server {
     child: Option<Child>,
     /// Set once a panic message has carried the log, so `Drop` does not print it again.
     log_reported: bool,
+    /// The harness's own connection for read-only polls (`INFO`, `CLUSTER NODES`),
+    /// kept between calls: a test that polls a gauge every 10 ms would otherwise open a
+    /// connection each time, and a whole run's sockets in TIME_WAIT can use up the
+    /// loopback's ephemeral ports (connect then fails with EAGAIN).
+    polls: Mutex<Option<redis::Connection>>,
 }
 
 impl Server {
@@ -592,6 +597,7 @@ impl Server {
             binary,
             child: None,
             log_reported: false,
+            polls: Mutex::new(None),
         };
         for attempt in 1..=PORT_ATTEMPTS {
             server.port = free_port();
@@ -653,15 +659,33 @@ impl Server {
         Ok(con)
     }
 
+    /// A read-only command on the harness's kept connection (`polls`), opened again once
+    /// if it fails (the server restarted, or closed it): only for commands that are safe
+    /// to send twice.
+    pub fn poll_query(&self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        let mut kept = self.polls.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(con) = kept.as_mut() {
+            match cmd.query::<redis::Value>(con) {
+                Err(e) if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {}
+                done => return done,
+            }
+        }
+        *kept = None;
+        let mut con = self.control()?;
+        let reply = cmd.query::<redis::Value>(&mut con);
+        if reply.is_ok() {
+            *kept = Some(con);
+        }
+        reply
+    }
+
     /// The text of `INFO <section>`.
     pub fn info(&self, section: &str) -> String {
-        let mut con = self
-            .control()
-            .unwrap_or_else(|e| panic!("cannot connect to {} for INFO: {e}", self.flavor));
-        redis::cmd("INFO")
-            .arg(section)
-            .query(&mut con)
-            .unwrap_or_else(|e| panic!("INFO {section} failed on {}: {e}", self.flavor))
+        let reply = self
+            .poll_query(redis::cmd("INFO").arg(section))
+            .unwrap_or_else(|e| panic!("INFO {section} failed on {}: {e}", self.flavor));
+        redis::from_redis_value(reply)
+            .unwrap_or_else(|e| panic!("INFO {section} on {}: {e}", self.flavor))
     }
 
     /// One `field:value` line of `INFO <section>`.
