@@ -7,7 +7,7 @@
 //!   arguments). The handler stays bound in Rust: each entry asks
 //!   `registry.rs`'s `handler` for its command, and a name it does not know
 //!   fails the build.
-//! - `$OUT_DIR/commands.md`: docs/commands.md, which `tests/command_docs.rs`
+//! - `$OUT_DIR/commands.md`: docs/src/reference/commands.md, which `tests/command_docs.rs`
 //!   compares with the committed file (and rewrites with
 //!   `LEASE_UPDATE_DOCS=1`).
 //! - `$OUT_DIR/command_docs.rs`: what `COMMAND DOCS` must show for each
@@ -842,7 +842,7 @@ fn expected_args(args: &[ArgJson]) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// docs/commands.md
+// docs/src/reference/commands.md
 // ---------------------------------------------------------------------------
 
 fn is_internal(c: &Command) -> bool {
@@ -859,10 +859,10 @@ fn markdown(commands: &[Command]) -> String {
          LEASE_UPDATE_DOCS=1 cargo test --release --test command_docs docs_commands_md -->\n\n\
          # Command reference\n\n\
          Each command is described once, in Redis's command JSON format, in\n\
-         [`commands/`](../commands). The module's registration (what `COMMAND INFO` and\n\
-         `COMMAND DOCS` show) and this page are generated from those files by `build.rs`.\n\
-         All durations are integer milliseconds; for errors see the\n\
-         [README](../README.md#errors).\n\n\
+         [`commands/`](../../../commands). The module's registration (what `COMMAND INFO`\n\
+         and `COMMAND DOCS` show) and this page are generated from those files by\n\
+         `build.rs`. All durations are integer milliseconds; every error reply is in\n\
+         [Errors](errors.md).\n\n\
          | Command | Summary |\n|---|---|\n",
     );
     for c in &ordered {
