@@ -7,7 +7,7 @@
 //!   arguments). The handler stays bound in Rust: each entry asks
 //!   `registry.rs`'s `handler` for its command, and a name it does not know
 //!   fails the build.
-//! - `$OUT_DIR/commands.md`: docs/commands.md, which `tests/command_docs.rs`
+//! - `$OUT_DIR/commands.md`: docs/src/reference/commands.md, which `tests/command_docs.rs`
 //!   compares with the committed file (and rewrites with
 //!   `LEASE_UPDATE_DOCS=1`).
 //! - `$OUT_DIR/command_docs.rs`: what `COMMAND DOCS` must show for each
@@ -842,8 +842,28 @@ fn expected_args(args: &[ArgJson]) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// docs/commands.md
+// docs/src/reference/commands.md
 // ---------------------------------------------------------------------------
+
+/// A JSON file's prose as Markdown text: a `<placeholder>` outside a code span
+/// (`STALE fencing token <fence> ...`) would otherwise read as an HTML tag and vanish
+/// from the page. Inside a code span it stays as it is (an entity would show there).
+fn md_text(prose: &str) -> String {
+    let mut out = String::with_capacity(prose.len());
+    let mut in_code = false;
+    for c in prose.chars() {
+        match c {
+            '`' => {
+                in_code = !in_code;
+                out.push(c);
+            }
+            '<' if !in_code => out.push_str("&lt;"),
+            '>' if !in_code => out.push_str("&gt;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
 
 fn is_internal(c: &Command) -> bool {
     c.json.doc_flags.iter().any(|f| f == "SYSCMD")
@@ -859,10 +879,10 @@ fn markdown(commands: &[Command]) -> String {
          LEASE_UPDATE_DOCS=1 cargo test --release --test command_docs docs_commands_md -->\n\n\
          # Command reference\n\n\
          Each command is described once, in Redis's command JSON format, in\n\
-         [`commands/`](../commands). The module's registration (what `COMMAND INFO` and\n\
-         `COMMAND DOCS` show) and this page are generated from those files by `build.rs`.\n\
-         All durations are integer milliseconds; for errors see the\n\
-         [README](../README.md#errors).\n\n\
+         [`commands/`](../../../commands). The module's registration (what `COMMAND INFO`\n\
+         and `COMMAND DOCS` show) and this page are generated from those files by\n\
+         `build.rs`. All durations are integer milliseconds; every error reply is in\n\
+         [Errors](errors.md).\n\n\
          | Command | Summary |\n|---|---|\n",
     );
     for c in &ordered {
@@ -871,7 +891,7 @@ fn markdown(commands: &[Command]) -> String {
             s,
             "| [`{upper}`](#{}) | {} |",
             c.name.replace('.', ""),
-            c.json.summary
+            md_text(&c.json.summary)
         );
     }
     for c in &ordered {
@@ -888,7 +908,11 @@ fn command_markdown(s: &mut String, c: &Command) {
         usage.push(' ');
         usage.push_str(&syntax(arg));
     }
-    let _ = write!(s, "\n## {upper}\n\n```\n{usage}\n```\n\n{}\n\n", j.summary);
+    let _ = write!(
+        s,
+        "\n## {upper}\n\n```\n{usage}\n```\n\n{}\n\n",
+        md_text(&j.summary)
+    );
     if is_internal(c) {
         s.push_str("Internal: not for clients (doc flag `SYSCMD`).\n\n");
     }
@@ -949,7 +973,7 @@ fn command_markdown(s: &mut String, c: &Command) {
     if !j.history.is_empty() {
         s.push_str("\n### History\n\n");
         for (since, changes) in &j.history {
-            let _ = writeln!(s, "- {since}: {changes}");
+            let _ = writeln!(s, "- {since}: {}", md_text(changes));
         }
     }
 }
@@ -1049,7 +1073,7 @@ fn arg_markdown(s: &mut String, arg: &ArgJson, depth: usize) {
     };
     let _ = write!(s, "{pad}- {shown} ({})", what.join(", "));
     if let Some(summary) = &arg.summary {
-        let _ = write!(s, ": {summary}");
+        let _ = write!(s, ": {}", md_text(summary));
     }
     s.push('\n');
     for sub in &arg.arguments {
@@ -1099,7 +1123,7 @@ fn reply_item(s: &mut String, schema: &Json, depth: usize, bullet: &str) {
     let pad = "  ".repeat(depth);
     let _ = write!(s, "{pad}{bullet}{}", reply_label(schema));
     if let Some(description) = schema.get("description").and_then(Json::as_str) {
-        let _ = write!(s, ": {description}");
+        let _ = write!(s, ": {}", md_text(description));
     }
     s.push('\n');
     match schema.get("items") {

@@ -191,7 +191,7 @@ const USAGE: &str = "usage: scripts/bench [--quick] [--shared | --memory | --ses
   --runs N       repeat every measurement N times (default 5, --quick 1)
   --servers LIST servers to measure, first one charted (default redis7)
   --all-servers  redis7,redis8,valkey8,valkey9
-  --out DIR      where bench.md and bench.svg go (default docs/)
+  --out DIR      where the reports and charts go (default docs/src/performance/reports/)
   --note TEXT    a line for bench.md (e.g. what else ran on the machine)";
 
 fn parse_options() -> Options {
@@ -263,7 +263,7 @@ fn parse_options() -> Options {
         if quick {
             common::repo_dir().join("target").join("bench-quick")
         } else {
-            common::repo_dir().join("docs")
+            common::repo_dir().join("docs/src/performance/reports")
         }
     });
     Options {

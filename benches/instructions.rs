@@ -122,7 +122,7 @@ impl Bound {
     }
 }
 
-/// About 5% above the most each server counted in four runs (docs/instructions.md):
+/// About 5% above the most each server counted in four runs (docs/src/performance/reports/instructions.md):
 /// a second key open or an `RM_Call` on a hot path crosses them; the spread between
 /// runs (under 1% for most steps, up to 4% for a few, as incremental rehashing and the
 /// allocator's state fall differently) does not. Lower them when a change makes a

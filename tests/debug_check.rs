@@ -384,7 +384,7 @@ for_each_server!(
         assert_eq!(int(entry[3].clone()), 0, "first key: none");
         let categories = words(&entry[6]);
         if flavor == Flavor::Redis7 {
-            // No API for module command categories on 7.0 (docs/security.md).
+            // No API for module command categories on 7.0 (docs/src/proof/security.md).
             assert_eq!(categories, Vec::<String>::new());
         } else {
             for category in ["@admin", "@slow", "@dangerous"] {

@@ -712,7 +712,7 @@ for_each_server!(acl_write_read_and_fast_categories, |flavor| {
     let mut admin = server.client();
     if !has_module_categories(flavor) {
         // No category API on Redis 7.0: `-@write` cannot reach module commands, and
-        // the commands show no categories at all (documented in docs/security.md).
+        // the commands show no categories at all (documented in docs/src/proof/security.md).
         for command in LEASE_COMMANDS {
             assert_eq!(categories(&mut admin, command), Vec::<String>::new());
         }

@@ -5,7 +5,7 @@
 //! `CLIENT NO-EVICT` with blocked waiters, `RESET` of a transaction and of tracking,
 //! keyspace notifications during a write pause, `SHUTDOWN` with waiters, `CLIENT KILL`
 //! of the head waiter and `FLUSHALL`. Every case on every server of the matrix; the
-//! table of outcomes is in docs/security.md ("The server's surface").
+//! table of outcomes is in docs/src/proof/security.md ("The server's surface").
 
 mod common;
 

@@ -1183,7 +1183,7 @@ pub fn markdown(results: &[ServerResult], plan: &Plan, machine: &Machine) -> Str
     );
     let _ = writeln!(
         out,
-        "\nReproduce: `scripts/bench` (this report, into `docs/`), `scripts/bench --quick` \
+        "\nReproduce: `scripts/bench` (this report, into `docs/src/performance/reports/`), `scripts/bench --quick` \
          (smoke, into `target/bench-quick/`), `scripts/bench --all-servers` (also Redis 8.2, \
          Valkey 8.1 and Valkey 9.1). Criterion micro benches of the pure core: `cargo bench --bench core`.\n"
     );

@@ -43,12 +43,25 @@ use crate::model::lease::{Lease, Resource};
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
 enum_configuration! {
-    /// `lease.allkeys-eviction`: what LEASE.ACQUIRE does under `allkeys-*`.
+    /// What happens when `maxmemory-policy` is `allkeys-*` with `maxmemory`
+    /// set, the one case where eviction can pick a lease key or a resource
+    /// record.
+    ///
+    /// `lease.allkeys-eviction`. The book's configuration table takes its
+    /// first paragraph and each choice's from here (tests/docs.rs).
     #[allow(non_camel_case_types)]
     #[derive(Debug, PartialEq, Eq, Copy)]
     pub enum AllkeysEviction {
+        /// `LEASE.ACQUIRE` and `LEASE.FENCE` fail with an error naming the
+        /// policy, so nothing is granted that could vanish; leases granted
+        /// before, if evicted, are counted and logged.
         refuse = 0,
+        /// An evicted live lease or record is written back, with the same
+        /// token, fence and deadline, before any command runs (Redis 7.2.4+
+        /// and Valkey: refused at `CONFIG SET` elsewhere).
         restore = 1,
+        /// Granted anyway; every live lease or record lost to eviction is
+        /// counted (`lease_evicted`) and logged.
         allow = 2,
     }
 }

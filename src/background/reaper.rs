@@ -17,6 +17,7 @@ use crate::keyspace::types::{self};
 use crate::model::config;
 use crate::model::index::Due;
 use crate::model::lease::Lease;
+use crate::model::notifications;
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
 /// Keys a rebuild scan visits per tick.
@@ -222,7 +223,7 @@ fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
     types::delete(&mut key);
     drop(key);
     if expired {
-        rm::notify(ctx, c"lease.expire", name);
+        rm::notify(ctx, notifications::EXPIRE, name);
         state::bump(&STATS.expired);
     }
     true
@@ -268,7 +269,7 @@ fn settle_key(
         if stays {
             effects::replicate_drop_each(ctx, name, gone.iter().map(|(h, _)| &*h.token));
         }
-        rm::notify(ctx, c"lease.expire", name);
+        rm::notify(ctx, notifications::EXPIRE, name);
         state::add(&STATS.expired, gone.len() as u64);
         let by_session = gone
             .iter()
@@ -341,7 +342,7 @@ fn reap_ended(ctx: Ctx, now: u64, budget: usize) -> usize {
         }
         if announce {
             let name = OwnedString::new(ctx, &session);
-            rm::notify(ctx, c"lease.session-end", name.as_ptr());
+            rm::notify(ctx, notifications::SESSION_END, name.as_ptr());
         }
         // One lookup for the batch: its keys are bound to the one session
         // that ended, read once rather than once a key.

@@ -9,6 +9,7 @@ use crate::keyspace::types;
 use crate::model::args::parse_fence;
 use crate::model::error;
 use crate::model::lease::Resource;
+use crate::model::notifications;
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::inner::{self, Verdict};
@@ -110,7 +111,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     if recorded {
         state::bump(&STATS.fence_accepted);
         replicate_record(ctx, *resource, fence);
-        rm::notify(ctx, c"lease.fence", *resource);
+        rm::notify(ctx, notifications::FENCE, *resource);
     }
     reply.send(ctx)
 }
@@ -138,6 +139,6 @@ fn record_fence(ctx: Ctx, resource: RString, fence: u64) -> c_int {
     // The call is its own effect: the replica's record holds the same
     // highest, so replaying it is exact.
     rm::replicate_verbatim(ctx);
-    rm::notify(ctx, c"lease.fence", resource);
+    rm::notify(ctx, notifications::FENCE, resource);
     rm::reply_integer(ctx, fence as i64)
 }

@@ -9,6 +9,7 @@ use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
 use crate::model::args::check_token;
 use crate::model::error;
+use crate::model::notifications;
 use crate::rm::{self, Ctx, Key, RString};
 
 use super::{command, from_master_or_aof, lease_in, second_argument, writable};
@@ -52,7 +53,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         sessions::unbind(rm::selected_db(ctx), rm::bytes(key_name), &gone);
         if lease.extended().is_some_and(|h| !h.is_empty()) {
             rm::replicate_verbatim(ctx);
-            rm::notify(ctx, c"lease.release", *key_name);
+            rm::notify(ctx, notifications::RELEASE, *key_name);
             return rm::reply_integer(ctx, 1);
         }
         types::delete(&mut key);
@@ -60,7 +61,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         // Into this node's own AOF: a module command is written there only
         // when it replicates itself.
         rm::replicate_verbatim(ctx);
-        rm::notify(ctx, c"lease.release", *key_name);
+        rm::notify(ctx, notifications::RELEASE, *key_name);
         return rm::reply_integer(ctx, 1);
     }
     let now = rm::now_ms();
@@ -92,7 +93,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         if effects::has_waiters(ctx, *key_name) {
             effects::signal(ctx, *key_name);
         }
-        rm::notify(ctx, c"lease.release", *key_name);
+        rm::notify(ctx, notifications::RELEASE, *key_name);
         return rm::reply_integer(ctx, 1);
     }
     if let (Some(at), true) = (mark, state::is_primary()) {
@@ -114,6 +115,6 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         }
         effects::signal(ctx, *key_name);
     }
-    rm::notify(ctx, c"lease.release", *key_name);
+    rm::notify(ctx, notifications::RELEASE, *key_name);
     rm::reply_integer(ctx, 1)
 }

@@ -8,6 +8,7 @@ use crate::keyspace::state::{self, STATS};
 use crate::model::args::{check_token, parse_ttl_or_zero};
 use crate::model::error;
 use crate::model::lease::Renew;
+use crate::model::notifications;
 use crate::rm::{self, Ctx, Key, RString};
 
 use super::{command, lease_in, second_argument, writable};
@@ -63,6 +64,6 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
     }
     state::bump(&STATS.renewals);
     replicate_held(ctx, *key_name, lease, Wire::Arg(*token_arg));
-    rm::notify(ctx, c"lease.renew", *key_name);
+    rm::notify(ctx, notifications::RENEW, *key_name);
     rm::reply_integer(ctx, 1)
 }

@@ -14,6 +14,7 @@ use crate::keyspace::types;
 use crate::model::args;
 use crate::model::holds::{Grant, Mode};
 use crate::model::lease::Lease;
+use crate::model::notifications;
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString};
 
 /// How soon a timer that found writes paused looks again: pauses end at a
@@ -220,7 +221,7 @@ pub fn replicate_drop_each<'a>(ctx: Ctx, key: RString, tokens: impl Iterator<Ite
 /// them: the expiry is announced and counted here, as the reaper would have.
 pub fn expired_before_reaping(ctx: Ctx, key: RString, holds: usize) {
     state::add(&STATS.expired, holds as u64);
-    rm::notify(ctx, c"lease.expire", key);
+    rm::notify(ctx, notifications::EXPIRE, key);
 }
 
 /// The effects of a grant (new or repeated) to `token` on an open lease:
@@ -228,7 +229,7 @@ pub fn expired_before_reaping(ctx: Ctx, key: RString, holds: usize) {
 pub fn granted(ctx: Ctx, key: RString, lease: &mut Lease, token: Wire) {
     index_lease(ctx, key, lease);
     replicate_held(ctx, key, lease, token);
-    rm::notify(ctx, c"lease.acquire", key);
+    rm::notify(ctx, notifications::ACQUIRE, key);
 }
 
 /// Propagates a resource record's highest fence as `LEASE.FENCE`.

@@ -12,4 +12,5 @@ pub mod holds;
 pub mod index;
 pub mod lease;
 pub mod migrate;
+pub mod notifications;
 pub mod sessions;
