@@ -210,7 +210,10 @@ pub fn touch_expiring(ctx: Ctx, db: i32, key: &[u8], fence: u64) {
     if !any_bound() || !watched() {
         return;
     }
-    let keys = state::bound().keys_of(db, key, fence);
+    let keys: Vec<Box<[u8]>> = state::bound()
+        .bound_keys(db, key, fence)
+        .map(Box::from)
+        .collect();
     touch_all(ctx, db, &keys);
 }
 
@@ -218,16 +221,14 @@ pub fn touch_expiring(ctx: Ctx, db: i32, key: &[u8], fence: u64) {
 /// `MIGRATE`): if its fence is that of a session grant which ended here
 /// with holds bound to it, or older, it is that ended session (or an older
 /// value of the name) coming back, and it arrives free with its fence.
-/// Returns whether it did.
-pub fn arrives_ended(db: i32, key: &[u8], lease: &mut Lease) -> bool {
+pub fn arrives_ended(db: i32, key: &[u8], lease: &mut Lease) {
     if !state::bound().is_buried(db, key, lease.fence()) {
-        return false;
+        return;
     }
     // Not in the session index yet: a value is bound when it has arrived.
     let shared = lease.shared_holds();
     lease.apply(None, lease.fence());
     state::shared_holds_moved(shared, 0);
-    true
 }
 
 /// A session's lease put back under its name (eviction restore): if it is

@@ -238,14 +238,6 @@ impl BoundIndex {
         self.tombstones.get(&key).is_some_and(|&f| fence <= f)
     }
 
-    /// The keys bound to a session that has not ended.
-    pub fn keys_of(&self, db: i32, session: &[u8], fence: u64) -> Vec<Box<[u8]>> {
-        self.find(db, session, fence)
-            .filter(|b| b.ended_at.is_none())
-            .map(|b| b.keys.keys().cloned().collect())
-            .unwrap_or_default()
-    }
-
     /// The oldest ended session still to reap.
     pub fn next_ended(&mut self) -> Option<&mut Ended> {
         self.ended.front_mut()
