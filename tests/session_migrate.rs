@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::calls::{call, exists, int, renew, select, strings, take, text, NONE};
-use common::cluster::{key_slot, migration_state, Cluster};
+use common::cluster::{key_slot, migrate_slot_atomically, Cluster};
 use common::holds::{holder_fences, holders};
 use common::lease::{lease_info, lease_stat};
 use common::reply::error_text;
@@ -419,30 +419,7 @@ mod atomic_slot_migration_keeps_session_groups {
         let slot = key_slot(tag.as_bytes());
         let group = cluster_group(&cluster.nodes[from], &tag, CLUSTER_BOUND);
         let waiters = block_on_late_keys(&cluster.nodes[from], slot, &group);
-        let reply = call(
-            &mut cluster.nodes[from].client(),
-            "CLUSTER",
-            (
-                "MIGRATESLOTS",
-                "SLOTSRANGE",
-                slot,
-                slot,
-                "NODE",
-                &cluster.ids[to],
-            ),
-        );
-        assert!(
-            error_text(&reply).is_none(),
-            "MIGRATESLOTS refused: {reply:?}"
-        );
-        wait_until("the migration to end", WAIT, || {
-            let (state, message) = migration_state(&cluster.nodes[from]);
-            assert!(
-                !matches!(state.as_str(), "failed" | "cancelled"),
-                "the migration {state}: {message}"
-            );
-            state == "success"
-        });
+        migrate_slot_atomically(&cluster, slot, to);
         wait_until("every node to see the slot moved", WAIT, || {
             cluster.owner(slot) == to
         });

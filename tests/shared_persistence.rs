@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use common::calls::{call, call_error, digest, exists, int, release, renew, restore, select, text};
-use common::cluster::{key_slot, migration_state, Cluster};
+use common::cluster::{key_slot, migrate_slot_atomically, Cluster};
 use common::errors::{limit_mismatch, OTHER_MODE_ERR};
 use common::holds::{holds_still, info_of, info_still, Acquire, Holder, Still, WAIT};
 use common::lease::{dump, lease_info, lease_stat, Info, INFO_FIELDS};
@@ -1203,30 +1203,7 @@ fn atomic_slot_migration() {
         lease_stat(source, "waiters") == 1
     });
 
-    let reply = call(
-        &mut con,
-        "CLUSTER",
-        (
-            "MIGRATESLOTS",
-            "SLOTSRANGE",
-            slot,
-            slot,
-            "NODE",
-            &cluster.ids[to],
-        ),
-    );
-    assert!(
-        error_text(&reply).is_none(),
-        "MIGRATESLOTS refused: {reply:?}"
-    );
-    wait_until("the migration to end", Duration::from_secs(20), || {
-        let (state, message) = migration_state(source);
-        assert!(
-            !matches!(state.as_str(), "failed" | "cancelled"),
-            "the migration {state}: {message}"
-        );
-        state == "success"
-    });
+    migrate_slot_atomically(&cluster, slot, to);
 
     let mut t = target.client();
     for (name, wanted) in ["rw", "sem"].iter().zip(&shapes) {

@@ -11,9 +11,9 @@ use std::thread;
 use std::time::Duration;
 
 use common::calls::{call, int, renew, stale, take, text};
-use common::cluster::{key_slot, migration_state, Cluster};
+use common::cluster::{key_slot, migrate_slot_atomically, Cluster};
 use common::lease::{lease_info, lease_stat};
-use common::reply::{error_text, expect_error};
+use common::reply::expect_error;
 use common::{wait_until, Flavor, Server};
 use redis::Value;
 
@@ -59,30 +59,7 @@ fn run() {
         lease_stat(source, "waiters") == 1
     });
 
-    let reply = call(
-        &mut con,
-        "CLUSTER",
-        (
-            "MIGRATESLOTS",
-            "SLOTSRANGE",
-            slot,
-            slot,
-            "NODE",
-            &cluster.ids[to],
-        ),
-    );
-    assert!(
-        error_text(&reply).is_none(),
-        "MIGRATESLOTS refused: {reply:?}"
-    );
-    wait_until("the migration to end", WAIT, || {
-        let (state, message) = migration_state(source);
-        assert!(
-            !matches!(state.as_str(), "failed" | "cancelled"),
-            "the migration {state}: {message}"
-        );
-        state == "success"
-    });
+    migrate_slot_atomically(&cluster, slot, to);
 
     // The destination has every lease and the record, as they were.
     let mut tcon = target.client();

@@ -606,9 +606,39 @@ pub fn keys_by_slot(node: &Server) -> BTreeMap<u16, usize> {
     by_slot
 }
 
+/// Moves `slot` from its owner to node `to` by Valkey 9's atomic slot migration
+/// (`CLUSTER MIGRATESLOTS SLOTSRANGE slot slot NODE <id>`); returns once the source
+/// reports it done, failing on a refusal, a failed or cancelled migration, or 20 s.
+pub fn migrate_slot_atomically(cluster: &Cluster, slot: u16, to: usize) {
+    let source = &cluster.nodes[cluster.owner(slot)];
+    let reply = call(
+        &mut source.client(),
+        "CLUSTER",
+        (
+            "MIGRATESLOTS",
+            "SLOTSRANGE",
+            slot,
+            slot,
+            "NODE",
+            &cluster.ids[to],
+        ),
+    );
+    if let Value::ServerError(e) = &reply {
+        panic!("MIGRATESLOTS refused: {e:?}");
+    }
+    wait_until("the migration to end", Duration::from_secs(20), || {
+        let (state, message) = migration_state(source);
+        assert!(
+            !matches!(state.as_str(), "failed" | "cancelled"),
+            "the migration {state}: {message}"
+        );
+        state == "success"
+    });
+}
+
 /// The state and message of the last migration `CLUSTER GETSLOTMIGRATIONS` lists on
 /// `node` (Valkey 9's atomic slot migration); empty strings when there is none.
-pub fn migration_state(node: &Server) -> (String, String) {
+fn migration_state(node: &Server) -> (String, String) {
     let reply = call(&mut node.client(), "CLUSTER", "GETSLOTMIGRATIONS");
     let Value::Array(jobs) = reply else {
         panic!("CLUSTER GETSLOTMIGRATIONS: {reply:?}");
