@@ -453,17 +453,11 @@ class Leases:
         pool = self._sentinel_pool()
         if pool is None:
             return
-        request = asyncio.ensure_future(pool.get_master_address())
-        try:
-            done, _ = await asyncio.wait({request}, timeout=timeout)
-        except asyncio.CancelledError:
-            request.cancel()
-            raise
-        if not done:
-            request.cancel()
-        # No answer: the master last named is still the best guess.
-        with contextlib.suppress(BaseException):
-            await request
+        request = await _within(pool.get_master_address(), timeout)
+        if request is not None:
+            # Read, so a failed discovery is not reported as never retrieved; no
+            # answer leaves the master last named, still the best guess.
+            request.exception()
 
     async def _send(self, batch: Batch, timeout: float) -> List[Any]:
         """One pipeline (per node on a cluster), its replies awaited at most ``timeout``
@@ -473,16 +467,8 @@ class Leases:
         pipe = self.client.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
-        request = asyncio.ensure_future(pipe.execute(raise_on_error=False))
-        try:
-            done, _ = await asyncio.wait({request}, timeout=timeout)
-        except asyncio.CancelledError:
-            request.cancel()
-            raise
-        if not done:
-            request.cancel()
-            with contextlib.suppress(BaseException):
-                await request
+        request = await _within(pipe.execute(raise_on_error=False), timeout)
+        if request is None:
             return [asyncio.TimeoutError("no reply in time")] * len(commands)
         error = request.exception()
         if error is not None:
@@ -674,3 +660,20 @@ async def _has_data(conn: Any) -> bool:
 def _resolve(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+async def _within(awaitable: Any, timeout: float) -> Optional[asyncio.Future[Any]]:
+    """Runs ``awaitable`` for at most ``timeout`` seconds: the finished task, or None
+    once it has been cancelled (and awaited, so nothing of it runs on)."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if done:
+        return task
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    return None
