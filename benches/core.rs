@@ -1,16 +1,8 @@
 //! Criterion micro benches of the pure core: the lease state machine and the fence
-//! sequence (`src/model/lease.rs`) and the deadline index (`src/model/index.rs`).
-//!
-//! The crate is a cdylib, so the pure files are compiled in here directly; they import
-//! nothing from `redis_module`. Run: `cargo bench --bench core`.
+//! sequence (`model/src/lease.rs`) and the deadline index (`model/src/index.rs`), through
+//! the model crate the module builds on. Run: `cargo bench --bench core`.
 
-// The module's pure model, compiled in as it is; its unit tests come along
-// under cfg(test) but never run here.
-#[allow(dead_code, unused_imports)]
-#[path = "../src/model/mod.rs"]
-mod model;
-
-use model::{index, lease};
+use redis_lease_model::{index, lease};
 
 use std::hint::black_box;
 
@@ -18,7 +10,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
 use index::DeadlineIndex;
 use lease::{Acquire, FenceSequence, Lease};
-use model::holds::Unbound;
+use redis_lease_model::holds::Unbound;
 
 const T0: u64 = 1_700_000_000_000;
 const TOKEN: &[u8; 32] = b"0123456789abcdef0123456789abcdef";

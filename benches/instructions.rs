@@ -35,28 +35,18 @@
 //! [--shared-calls N] [--session-calls N] [--out FILE]` (`scripts/instructions` installs
 //! valgrind and the servers, then runs this).
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-// Shared with the compare bench, which uses all of them.
-#[allow(dead_code)]
-#[path = "support/resp.rs"]
-mod resp;
-#[allow(dead_code)]
-#[path = "support/workload.rs"]
-mod workload;
-
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{Flavor, Server, ServerOptions};
-use resp::{decimal, encode, Conn, Reply};
-use workload::{
+use harness::resp::{decimal, encode, Conn, Reply};
+use harness::workload::{
     acquire, acquire_bound, acquire_shared, drive, eval_release, eval_renew, is_one, key,
     load_scripts, load_sem_scripts, release, renew, sem_acquire, sem_release, sem_renew,
     server_version, set_nx_px, supports_sessions, supports_shared, token, Layout, Scripts,
     SemScripts, CHUNK, COUNTER_KEYS,
 };
+use harness::{Flavor, Server, ServerOptions};
 
 const TTL: &[u8] = b"3600000";
 
@@ -668,7 +658,7 @@ struct Counted {
 
 impl Counted {
     fn start(flavor: Flavor) -> Counted {
-        let dir = common::repo_dir()
+        let dir = harness::repo_dir()
             .join("target")
             .join("instructions")
             .join(flavor.name());

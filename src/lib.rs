@@ -18,7 +18,7 @@
 mod background;
 mod commands;
 mod keyspace;
-mod model;
+use redis_lease_model as model;
 mod rm;
 
 use redis_module::configuration::ConfigurationFlags;

@@ -7,18 +7,16 @@
 //! arrived, comes back over a channel. Tests learn that a client is blocked by polling
 //! `LEASE.INFO key` `waiters`, never by sleeping.
 
-mod common;
-
 use std::net::Shutdown;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use common::calls::{acquire_cmd, client_id, digest, release, take};
-use common::lease::{lease_info, lease_stat, parse_info, wait_for_waiters, waiters};
-use common::reply::grant;
-use common::waiter::raw_blocked_acquire;
-use common::*;
+use harness::calls::{acquire_cmd, client_id, digest, release, take};
+use harness::lease::{lease_info, lease_stat, parse_info, wait_for_waiters, waiters};
+use harness::reply::grant;
+use harness::waiter::raw_blocked_acquire;
+use harness::*;
 use redis::Value;
 
 /// How long a test waits for a reply that must come.

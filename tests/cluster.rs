@@ -1,21 +1,22 @@
 //! Leases on a real Redis Cluster / Valkey Cluster on loopback (see
-//! `tests/common/cluster.rs`): routing by key through a cluster client, CROSSSLOT and
+//! `tests/harness/src/cluster.rs`): routing by key through a cluster client, CROSSSLOT and
 //! MOVED for LEASE commands, a slot migration carrying live leases and a resource
 //! record, manual failovers (default, FORCE, TAKEOVER), a master killed right after
 //! granting, replicas serving `LEASE.INFO` after `READONLY`, and `WAIT` / `WAITAOF`
 //! as the way to get a grant that survives a failover.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::calls::{
+use harness::calls::{
     acquire, call, call_error, exists, int, release, renew, stale, strings, take, text, NONE,
 };
-use common::cluster::{key_slot, keys_by_slot, Cluster, ClusterOptions};
-use common::lease::{lease_info, lease_stat, restore_fence_ahead};
-use common::{now_ms, repl_offset, wait_until, Flavor, Server};
+use harness::cluster::{key_slot, keys_by_slot, Cluster, ClusterOptions};
+use harness::lease::{lease_info, lease_stat, restore_fence_ahead};
+use harness::{now_ms, repl_offset, wait_until, Flavor, Server};
 use redis::{Connection, ConnectionLike, Value};
 
 // ---------------------------------------------------------------------------

@@ -3,21 +3,22 @@
 //! scripts, key specs and command flags, ACLs, keyspace notifications, configs, the
 //! allkeys-eviction refusal, the INFO counters and the reaper.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::time::{Duration, Instant};
 
-use common::calls::{
+use harness::calls::{
     acquire, acquire_new, cmd as c, config_get, config_set, describe, exists, fenced, get,
     key_type, login, pttl, release, renew, send, stale, take, NONE,
 };
-use common::errors::{
+use harness::errors::{
     forbidden, BLOCK_ERR, FENCE_ERR, NESTED_ERR, RESOURCE_ERR, SYNTAX_ERR, TOKEN_ERR, TTL_ERR,
     UNKNOWN_INNER_ERR,
 };
-use common::lease::{lease_info, lease_stat, parse_info};
-use common::reply::{assert_ok, error_text, expect_error, grant, int, strings, text, FENCE_LIMIT};
-use common::{info_number, now_ms, wait_until, Flavor, Server, ServerOptions};
+use harness::lease::{lease_info, lease_stat, parse_info};
+use harness::reply::{assert_ok, error_text, expect_error, grant, int, strings, text, FENCE_LIMIT};
+use harness::{info_number, now_ms, wait_until, Flavor, Server, ServerOptions};
 use redis::{Connection, Value};
 
 const MINUTE: u64 = 60_000;

@@ -5,21 +5,22 @@
 //! the reply; admin only, never in a script, arity and unknown subcommands refused.
 //!
 //! Every other test file runs the check too, on each server it drops
-//! (tests/common/mod.rs, `Drop for Server`).
+//! (tests/harness/src/lib.rs, `Drop for Server`).
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::time::Duration;
 
-use common::calls::{
+use harness::calls::{
     call, call_error, exists, info_on, int, login, restore, select, take, text, NONE,
 };
-use common::holds::WAIT;
-use common::lease::{dump, lease_dump, lease_stat};
-use common::reply::{assert_ok, error_text};
-use common::session::{bind, bind_shared, take_with};
-use common::waiter::Waiter;
-use common::{
+use harness::holds::WAIT;
+use harness::lease::{dump, lease_dump, lease_stat};
+use harness::reply::{assert_ok, error_text};
+use harness::session::{bind, bind_shared, take_with};
+use harness::waiter::Waiter;
+use harness::{
     attach, debug_module_path, master_and_replica, now_ms, wait_until, Flavor, Server,
     ServerOptions,
 };
@@ -372,7 +373,7 @@ for_each_server!(
             match v {
                 Value::Array(items) | Value::Set(items) => items
                     .iter()
-                    .map(|i| common::reply::text(i.clone(), "word"))
+                    .map(|i| harness::reply::text(i.clone(), "word"))
                     .collect(),
                 other => panic!("{other:?}"),
             }

@@ -1,8 +1,8 @@
 //! The book's tables that mirror the code, generated from the code: every error reply
-//! (src/model/error.rs), every config (the `configurations` of `redis_module!` in
-//! src/lib.rs, with src/model/config.rs and the `AllkeysEviction` choices), every
+//! (model/src/error.rs), every config (the `configurations` of `redis_module!` in
+//! src/lib.rs, with model/src/config.rs and the `AllkeysEviction` choices), every
 //! field of `INFO lease` (src/commands/stats.rs), every keyspace notification
-//! (src/model/notifications.rs and each `rm::notify` call under src/), and the test
+//! (model/src/notifications.rs and each `rm::notify` call under src/), and the test
 //! files with what each proves (the `//!` header of each tests/*.rs). And
 //! redis.conf.example, which `scripts/start` runs with, shows every config.
 //!
@@ -137,10 +137,10 @@ fn code(text: &str) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// Errors: src/model/error.rs
+// Errors: model/src/error.rs
 // ---------------------------------------------------------------------------
 
-const ERROR_RS: &str = "src/model/error.rs";
+const ERROR_RS: &str = "model/src/error.rs";
 
 #[derive(Debug)]
 struct ErrorRow {
@@ -360,7 +360,7 @@ fn matches_reply(documented: &str, text: &str) -> bool {
 }
 
 fn errors_table(rows: &[ErrorRow]) -> String {
-    let mut s = String::from("| reply | when | in `src/model/error.rs` |\n|---|---|---|\n");
+    let mut s = String::from("| reply | when | in `model/src/error.rs` |\n|---|---|---|\n");
     for row in rows {
         s.push_str(&format!(
             "| {} | {} | {} |\n",
@@ -373,11 +373,11 @@ fn errors_table(rows: &[ErrorRow]) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// Configs: src/lib.rs, src/model/config.rs, the AllkeysEviction enum
+// Configs: src/lib.rs, model/src/config.rs, the AllkeysEviction enum
 // ---------------------------------------------------------------------------
 
 const LIB_RS: &str = "src/lib.rs";
-const CONFIG_RS: &str = "src/model/config.rs";
+const CONFIG_RS: &str = "model/src/config.rs";
 
 #[derive(Debug, PartialEq)]
 struct ConfigRow {
@@ -702,7 +702,7 @@ fn configs_table(rows: &[ConfigRow]) -> String {
 fn all_sources() -> BTreeMap<String, String> {
     fn walk(dir: &Path, out: &mut BTreeMap<String, String>) {
         let mut entries: Vec<_> = fs::read_dir(dir)
-            .expect("src/")
+            .expect("a source folder")
             .map(|e| e.expect("entry").path())
             .collect();
         entries.sort();
@@ -721,6 +721,7 @@ fn all_sources() -> BTreeMap<String, String> {
     }
     let mut out = BTreeMap::new();
     walk(&repo().join("src"), &mut out);
+    walk(&repo().join("model/src"), &mut out);
     out
 }
 
@@ -798,10 +799,10 @@ fn info_table(fields: &[(String, String)]) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// Keyspace notifications: src/model/notifications.rs and every rm::notify
+// Keyspace notifications: model/src/notifications.rs and every rm::notify
 // ---------------------------------------------------------------------------
 
-const NOTIFICATIONS_RS: &str = "src/model/notifications.rs";
+const NOTIFICATIONS_RS: &str = "model/src/notifications.rs";
 
 /// The notifications of notifications.rs (each `pub const NAME: &CStr = c"..."`
 /// with its doc comment), and the files that send each: every `rm::notify(` call
@@ -1046,7 +1047,7 @@ fn configs_table_is_generated() {
     check_region(
         CONFIG_MD,
         "configs",
-        "src/lib.rs and src/model/config.rs",
+        "src/lib.rs and model/src/config.rs",
         rows.map(|r| configs_table(&r)),
     );
 }
@@ -1095,7 +1096,7 @@ fn notifications_are_generated() {
     check_region(
         OBSERVABILITY_MD,
         "notifications",
-        "src/model/notifications.rs and every rm::notify",
+        "model/src/notifications.rs and every rm::notify",
         rows.map(|r| notifications_table(&r)),
     );
 }

@@ -15,14 +15,15 @@
 //! decides: `restore` puts them back (same token, fence and deadline), `allow` and
 //! `refuse` count and log each loss, and `refuse` grants nothing new.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::time::Instant;
 
-use common::calls::{config_get, info_on, key_type, renew};
-use common::lease::{lease_info, lease_stat, Info};
-use common::reply::{error_text, redis_error_text};
-use common::{info_number, Flavor, Server};
+use harness::calls::{config_get, info_on, key_type, renew};
+use harness::lease::{lease_info, lease_stat, Info};
+use harness::reply::{error_text, redis_error_text};
+use harness::{info_number, Flavor, Server};
 use redis::{Connection, ConnectionLike, Value};
 
 const LEASE_KEY: &str = "lock:a";
@@ -816,7 +817,7 @@ for_each_server!(policy_changes_apply_at_once, |flavor| {
 
 // Settings from the config file are seen at load, before any CONFIG SET.
 for_each_server!(policy_from_config_file, |flavor| {
-    let options = common::ServerOptions::new()
+    let options = harness::ServerOptions::new()
         .config("maxmemory", "20mb")
         .config("maxmemory-policy", "allkeys-lfu");
     let server = Server::start_with(flavor, options);

@@ -4,15 +4,16 @@
 //! data whole. Injected here: the reaper's tick, an RDB save of a lease, and a blocked
 //! waiter's reply callback.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::time::{Duration, Instant};
 
-use common::calls::{call, int, take, text};
-use common::lease::lease_info;
-use common::reply::assert_ok;
-use common::waiter::Waiter;
-use common::{debug_module_path, wait_until, Server, ServerOptions};
+use harness::calls::{call, int, take, text};
+use harness::lease::lease_info;
+use harness::reply::assert_ok;
+use harness::waiter::Waiter;
+use harness::{debug_module_path, wait_until, Server, ServerOptions};
 use redis::Value;
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -20,7 +21,7 @@ const WAIT: Duration = Duration::from_secs(10);
 /// A server that loads the faulty module with `inject-panic <names>`. One whose reaper
 /// panics at every tick leaves due entries in the deadline index on purpose, which the
 /// after-test `LEASE.DEBUG CHECK` would rightly name: it is not checked.
-fn start_with_faults(flavor: common::Flavor, names: &str) -> Server {
+fn start_with_faults(flavor: harness::Flavor, names: &str) -> Server {
     let module = debug_module_path("faults", "fault-injection");
     let line = format!("{} inject-panic \"{names}\"", module.display());
     let mut options = ServerOptions::without_module().config("loadmodule", &line);

@@ -2,10 +2,11 @@
 //! replication. These tests start plain servers, so they need no module build; the
 //! module-loading test is the one place they meet the module.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
-use common::calls::get;
-use common::{Flavor, Server, ServerOptions};
+use harness::calls::get;
+use harness::{Flavor, Server, ServerOptions};
 
 fn set(con: &mut redis::Connection, key: &str, value: &str) {
     let _: () = redis::cmd("SET")

@@ -5,7 +5,8 @@
 //! length, ttl range, waiters per key, inner commands, huge argument counts). Every
 //! refusal is an error reply, the server stays up, and the dataset does not change.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -15,22 +16,22 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::calls::{cmd, describe, exists, login, restore, sanitize_dump_payload, send, take};
-use common::errors::{
+use harness::calls::{cmd, describe, exists, login, restore, sanitize_dump_payload, send, take};
+use harness::errors::{
     forbidden, BLOCK_ERR, FENCE_ERR, NESTED_ERR, RESOURCE_ERR, SYNTAX_ERR, TOKEN_ERR, TTL_ERR,
     UNKNOWN_INNER_ERR,
 };
-use common::lease::{dump, lease_info, lease_stat, Dump};
-use common::rdb::{crc64, module_id, push_len, seal, Body};
-use common::reply::{assert_ok, error_text, expect_error, int, text, FENCE_LIMIT};
-use common::{info_number, now_ms, wait_until, Flavor, Server};
+use harness::lease::{dump, lease_info, lease_stat, Dump};
+use harness::rdb::{crc64, module_id, push_len, seal, Body};
+use harness::reply::{assert_ok, error_text, expect_error, int, text, FENCE_LIMIT};
+use harness::{info_number, now_ms, wait_until, Flavor, Server};
 use redis::{Connection, Value};
 
 const TOO_MANY_INNER_ERR: &str =
     "ERR LEASE.FENCE: the inner command may have at most 256 arguments after its name";
 const MINUTE: u64 = 60_000;
 const MAX_TTL: u64 = 1 << 40;
-/// Deadlines past this are corrupt (src/model/lease.rs `MAX_DEADLINE_MS`).
+/// Deadlines past this are corrupt (model/src/lease.rs `MAX_DEADLINE_MS`).
 const MAX_DEADLINE: u64 = FENCE_LIMIT / 1024 + MAX_TTL;
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -135,7 +136,7 @@ fn is_noperm(e: &str) -> bool {
 }
 
 // ---------------------------------------------------------------------------------------
-// Crafted DUMP payloads (the encoder and the format: tests/common/rdb.rs)
+// Crafted DUMP payloads (the encoder and the format: model/src/rdb.rs)
 // ---------------------------------------------------------------------------------------
 
 #[test]

@@ -7,7 +7,8 @@
 //! takeover, index entries of keys that left, nil arrays, bare container commands in
 //! LEASE.FENCE. Every case on every server of the matrix.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -15,18 +16,18 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::calls::{call, digest, int, pttl, release, renew, stale, take};
-use common::lease::{dump, lease_dump, lease_info, lease_stat};
-use common::reply::{assert_ok, error_text, expect_error, granted, FENCE_LIMIT};
-use common::waiter::Waiter;
-use common::{
+use harness::calls::{call, digest, int, pttl, release, renew, stale, take};
+use harness::lease::{dump, lease_dump, lease_info, lease_stat};
+use harness::reply::{assert_ok, error_text, expect_error, granted, FENCE_LIMIT};
+use harness::waiter::Waiter;
+use harness::{
     free_port, master_and_replica, module_path, now_ms, wait_until, Server, ServerOptions,
 };
 use redis::{Connection, Value};
 
 const MINUTE: u64 = 60_000;
 const MAX_TTL: u64 = 1 << 40;
-/// `MAX_AHEAD` in src/model/lease.rs: how far above its clock floor anything observed may
+/// `MAX_AHEAD` in model/src/lease.rs: how far above its clock floor anything observed may
 /// carry a node's fence sequence.
 const MAX_AHEAD: u64 = 30 * 86_400_000 * 1024;
 const WAIT: Duration = Duration::from_secs(10);
@@ -458,7 +459,7 @@ for_each_server!(
     |flavor| {
         // A running server of the flavor, for its directory and binary.
         let server = Server::start_with(flavor, ServerOptions::without_module());
-        let restore_ok = flavor != common::Flavor::Redis7;
+        let restore_ok = flavor != harness::Flavor::Redis7;
         let cases: Vec<(Vec<&str>, &str)> = vec![
             (
                 vec!["reap-hz", "0"],

@@ -14,20 +14,21 @@
 //! other wait polls with a deadline. An observation meant to be made during the
 //! pause is checked to have finished before the pause could have ended.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use common::calls::{call, digest, int, take, text, NONE};
-use common::cluster::{Cluster, ClusterOptions};
-use common::lease::{lease_info, lease_stat, waiters};
-use common::reply::{assert_ok, error_text, granted};
-use common::session::{bind, session_stats};
-use common::waiter::{raw_blocked_acquire, Waiter};
-use common::{info_number, join, master_and_replica, wait_until, Flavor, Server, ServerOptions};
+use harness::calls::{call, digest, int, take, text, NONE};
+use harness::cluster::{Cluster, ClusterOptions};
+use harness::lease::{lease_info, lease_stat, waiters};
+use harness::reply::{assert_ok, error_text, granted};
+use harness::session::{bind, session_stats};
+use harness::waiter::{raw_blocked_acquire, Waiter};
+use harness::{info_number, join, master_and_replica, wait_until, Flavor, Server, ServerOptions};
 use redis::{Connection, Value};
 
 /// How long each `CLIENT PAUSE` lasts.
@@ -176,7 +177,7 @@ impl Pause {
 }
 
 // ---------------------------------------------------------------------------
-// A server that stops answering (blocked clients: tests/common/waiter.rs)
+// A server that stops answering (blocked clients: tests/harness/src/waiter.rs)
 
 /// Sends `DEBUG SLEEP` for `sleep` to `server` from a thread and returns once the
 /// server has stopped answering: it runs nothing, its timers, replication and cluster
@@ -283,7 +284,7 @@ for_each_server!(
         let info = text(call(&mut con, "INFO", "server"));
         assert!(Instant::now() >= pause.earliest_end);
         assert_eq!(
-            common::info_field(&info, "process_id"),
+            harness::info_field(&info, "process_id"),
             Some(server.pid.to_string())
         );
         wait_until(

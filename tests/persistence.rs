@@ -4,20 +4,21 @@
 //! preamble, and `DUMP`/`RESTORE`. An expired lease is never revived, and a corrupt
 //! payload is refused without taking the server down.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::calls::{
+use harness::calls::{
     acquire, acquire_new, call, exists, fenced, int, release, renew, restore,
     sanitize_dump_payload, select, stale, text, NONE,
 };
-use common::lease::{dump, fence_ahead, lease_dump, lease_info, lease_stat, record_dump};
-use common::rdb::seal;
-use common::reply::error_text;
-use common::{info_field, now_ms, wait_until, Server, ServerOptions};
+use harness::lease::{dump, fence_ahead, lease_dump, lease_info, lease_stat, record_dump};
+use harness::rdb::seal;
+use harness::reply::error_text;
+use harness::{info_field, now_ms, wait_until, Server, ServerOptions};
 use redis::{Connection, Value};
 
 // ---------------------------------------------------------------------------
@@ -421,7 +422,7 @@ fn wait_aof_written(server: &Server) {
 }
 
 // ---------------------------------------------------------------------------
-// DUMP payloads (their format: tests/common/rdb.rs)
+// DUMP payloads (their format: model/src/rdb.rs)
 
 /// A corrupt payload is refused with an error, creates nothing, and the server lives.
 fn assert_refused(con: &mut Connection, payload: &[u8], what: &str) {
@@ -656,7 +657,7 @@ for_each_server!(aof_fsync_everysec_replays_after_kill9, |flavor| {
     verify(&server, &mut con, &mut world, "after a second AOF replay");
 });
 
-fn rewrite_then_crash(flavor: common::Flavor, preamble: &str) {
+fn rewrite_then_crash(flavor: harness::Flavor, preamble: &str) {
     let options = aof_options("always").config("aof-use-rdb-preamble", preamble);
     let mut server = Server::start_with(flavor, options);
     let mut con = server.client();

@@ -10,13 +10,14 @@
 //! `(0.50s)` timing line the interactive prompt adds after a slow command is skipped.
 //! Everything else must match exactly.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::process::Command;
 
-use common::Server;
+use harness::Server;
 
 const PROMPT: &str = "127.0.0.1:6379> ";
 
@@ -98,7 +99,7 @@ fn same(shown: &str, got: &str, after_ttl: bool, fences: &mut BTreeMap<String, S
 }
 
 for_each_server!(readme_sessions_run_as_shown, |flavor| {
-    let readme = fs::read_to_string(common::repo_dir().join("README.md")).expect("README.md");
+    let readme = fs::read_to_string(harness::repo_dir().join("README.md")).expect("README.md");
     let steps = sessions(&readme);
     assert!(
         steps.len() >= 10,

@@ -4,17 +4,18 @@
 //! and that a promoted replica keeps every lease, issues fences above everything its
 //! old master issued and starts reaping.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::time::Duration;
 
-use common::calls::{
+use harness::calls::{
     acquire, call, call_error, digest, exists, fenced, get, int, release, renew, stale, take, text,
     NONE,
 };
-use common::lease::{lease_info, lease_stat, restore_fence_ahead};
-use common::reply::{error_text, grant};
-use common::{attach, master_and_replica, now_ms, wait_until, Server, ServerOptions};
+use harness::lease::{lease_info, lease_stat, restore_fence_ahead};
+use harness::reply::{error_text, grant};
+use harness::{attach, master_and_replica, now_ms, wait_until, Server, ServerOptions};
 use redis::Value;
 
 /// The replica has caught up, and says about each key what the master says: same

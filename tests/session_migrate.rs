@@ -12,19 +12,20 @@
 //! `Cluster::migrate_slot` and by `redis-cli --cluster reshard`, and (Valkey 9) an
 //! atomic slot migration.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::process::Command;
 use std::time::Duration;
 
-use common::calls::{call, exists, int, renew, select, strings, take, text, NONE};
-use common::cluster::{key_slot, migrate_slot_atomically, Cluster};
-use common::holds::{holder_fences, holders};
-use common::lease::{lease_info, lease_stat};
-use common::reply::error_text;
-use common::session::{assert_bound, bind, bind_many, bind_shared, bound_count, session_stats};
-use common::waiter::Waiter;
-use common::{wait_until, Flavor, Server};
+use harness::calls::{call, exists, int, renew, select, strings, take, text, NONE};
+use harness::cluster::{key_slot, migrate_slot_atomically, Cluster};
+use harness::holds::{holder_fences, holders};
+use harness::lease::{lease_info, lease_stat};
+use harness::reply::error_text;
+use harness::session::{assert_bound, bind, bind_many, bind_shared, bound_count, session_stats};
+use harness::waiter::Waiter;
+use harness::{wait_until, Flavor, Server};
 use redis::{Connection, ConnectionLike, Value};
 
 const MINUTE: u64 = 60_000;

@@ -9,17 +9,18 @@
 //!
 //! Batch-wise `MIGRATE`, resharding and atomic slot migration: tests/session_migrate.rs.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::thread;
 use std::time::Duration;
 
-use common::calls::{call, config_set, digest, exists, int, release, renew, select, take, NONE};
-use common::lease::{lease_info, lease_stat};
-use common::reply::{assert_ok, granted};
-use common::session::{bind, bound_count, session_stats};
-use common::waiter::Waiter;
-use common::{wait_until, Server, ServerOptions};
+use harness::calls::{call, config_set, digest, exists, int, release, renew, select, take, NONE};
+use harness::lease::{lease_info, lease_stat};
+use harness::reply::{assert_ok, granted};
+use harness::session::{bind, bound_count, session_stats};
+use harness::waiter::Waiter;
+use harness::{wait_until, Server, ServerOptions};
 use redis::{Connection, Value};
 
 const MINUTE: u64 = 60_000;
@@ -187,7 +188,7 @@ for_each_server!(a_session_cannot_be_copied_aside, |flavor| {
     bind(&mut con, "j1", 0, "a", "s", "st");
     let reply = call(&mut con, "COPY", ("s", "tmp"));
     assert!(
-        common::reply::error_text(&reply).is_some(),
+        harness::reply::error_text(&reply).is_some(),
         "COPY s tmp: {reply:?}"
     );
     assert!(!exists(&mut con, "tmp"));
@@ -365,7 +366,7 @@ for_each_server!(
         config_set(&mut con, "maxmemory-policy", "volatile-lru");
         // Cache keys with a TTL, 1 KB each, until the server has evicted some of them.
         let value = vec![b'v'; 1024];
-        let evicted = || common::info_number(&server, "stats", "evicted_keys");
+        let evicted = || harness::info_number(&server, "stats", "evicted_keys");
         let mut batch = 0;
         while evicted() == 0 {
             assert!(batch < 200, "nothing evicted after {batch} batches");

@@ -10,25 +10,26 @@
 //! "At once" is checked by the first command after the session's end, with the reaper
 //! slowed to 1 Hz where it could otherwise hide the difference.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::time::{Duration, Instant};
 
-use common::calls::{
+use harness::calls::{
     acquire, acquire_cmd, call, config_set, digest, exists, int, release, renew, strings, take,
     text, NONE,
 };
-use common::errors::TTL_ERR;
-use common::holds::{fence_ms, holders, Holder};
-use common::lease::{lease_info, lease_stat, wait_for_waiters, Info};
-use common::reply::{assert_ok, expect_error, granted};
-use common::session::{
+use harness::errors::TTL_ERR;
+use harness::holds::{fence_ms, holders, Holder};
+use harness::lease::{lease_info, lease_stat, wait_for_waiters, Info};
+use harness::reply::{assert_ok, expect_error, granted};
+use harness::session::{
     acquire_reply, assert_bound, assert_unheld, bind, bind_many, bind_shared, bound_count,
     no_session, session_stats, take_with, unheld, DELAY_ERR, DELAY_SHARED_ERR, NESTED_SESSION_ERR,
     OTHER_SESSION_ERR, SELF_BIND_ERR, SHARED_SESSION_ERR,
 };
-use common::waiter::Waiter;
-use common::{now_ms, wait_until, Server, ServerOptions};
+use harness::waiter::Waiter;
+use harness::{now_ms, wait_until, Server, ServerOptions};
 use redis::{Connection, Value};
 
 const MINUTE: u64 = 60_000;
@@ -40,7 +41,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// A server whose reaper wakes once a second: a key freed by a session's end stays in
 /// the keyspace long enough for the next command to see it free, not merely gone.
-fn slow_reaper(flavor: common::Flavor) -> Server {
+fn slow_reaper(flavor: harness::Flavor) -> Server {
     Server::start_with(flavor, ServerOptions::new().config("lease.reap-hz", "1"))
 }
 
@@ -475,7 +476,7 @@ fn assert_freed(con: &mut Connection, world: &Bound, when: &str) {
 }
 
 /// Builds the world, ends the session with `end`, and checks at once.
-fn session_end_frees(flavor: common::Flavor, what: &str, end: fn(&mut Connection)) {
+fn session_end_frees(flavor: harness::Flavor, what: &str, end: fn(&mut Connection)) {
     let server = slow_reaper(flavor);
     let mut con = server.client();
     let world = bound_world(&mut con, MINUTE);
@@ -672,7 +673,7 @@ for_each_server!(session_renew_keeps_a_thousand_bound_holds_alive, |flavor| {
     let replies: Vec<Value> = pipe.query(&mut con).expect("1,000 LEASE.INFO");
     for (i, r) in replies.into_iter().enumerate() {
         let what = format!("LEASE.INFO job:{i}");
-        let j = common::lease::parse_info(r, &what).unwrap_or_else(|| panic!("{what}: nil"));
+        let j = harness::lease::parse_info(r, &what).unwrap_or_else(|| panic!("{what}: nil"));
         assert_eq!(j.state, "held", "{what}: {j:?}");
         assert_eq!(j.session.as_deref(), Some("s"), "{what}");
     }

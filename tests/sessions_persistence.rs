@@ -6,27 +6,28 @@
 //! as a key argument on a cluster (CROSSSLOT, hash tags); and a session expiring
 //! inside `CLIENT PAUSE WRITE`. Single-server behaviour: tests/sessions.rs.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::fs;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::calls::{
+use harness::calls::{
     acquire, call, call_error, config_set, digest, exists, info_on, int, release, renew, restore,
     strings, take, text, NONE,
 };
-use common::cluster::{key_slot, Cluster};
-use common::evict::{arm, fill_until};
-use common::holds::holders;
-use common::lease::{lease_info, lease_stat, Info};
-use common::reply::{assert_ok, error_text, granted};
-use common::session::{
+use harness::cluster::{key_slot, Cluster};
+use harness::evict::{arm, fill_until};
+use harness::holds::holders;
+use harness::lease::{lease_info, lease_stat, Info};
+use harness::reply::{assert_ok, error_text, granted};
+use harness::session::{
     assert_bound, assert_unheld, bind, bind_shared, bound_count, session_stats, take_with, unheld,
     SessionStats,
 };
-use common::waiter::Waiter;
-use common::{attach, info_field, master_and_replica, wait_until, Flavor, Server, ServerOptions};
+use harness::waiter::Waiter;
+use harness::{attach, info_field, master_and_replica, wait_until, Flavor, Server, ServerOptions};
 use redis::{Connection, Value};
 
 const MINUTE: u64 = 60_000;
@@ -368,7 +369,7 @@ for_each_server!(bound_is_reported_at_once_after_a_load, |flavor| {
         .expect("DEBUG RELOAD, LEASE.INFO s, INFO lease");
     let [reload, s, stats] = <[Value; 3]>::try_from(replies).expect("three replies");
     assert_ok(reload, "DEBUG RELOAD");
-    let s = common::lease::parse_info(s, "LEASE.INFO s").expect("s after the reload");
+    let s = harness::lease::parse_info(s, "LEASE.INFO s").expect("s after the reload");
     let stats = text(stats);
     let field = |name: &str| info_field(&stats, name);
     assert_eq!(s.bound, 2, "LEASE.INFO s right after DEBUG RELOAD: {s:?}");

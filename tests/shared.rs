@@ -8,27 +8,28 @@
 //! The exact behaviour and error strings: /work/notes/design16.md (the spec's
 //! "Version 2" with SESSION and DELAY left for later).
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::io::Write;
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::calls::{
+use harness::calls::{
     call, config_get, config_set, describe, exists, info_on, int, key_type, release, renew, send,
     strings, text, NONE,
 };
-use common::errors::{
+use harness::errors::{
     limit_mismatch, LIMIT_ERR, MAX_HOLDERS_ERR, OTHER_MODE_ERR, OWNER_ERR, WRONGTYPE,
 };
-use common::evict::{arm, fill_until};
-use common::holds::{
+use harness::evict::{arm, fill_until};
+use harness::holds::{
     assert_no_token, assert_refused, assert_refused_with, fence_ms, granted_to, holder_fences,
     holders, holds_still, info_of, parse_holders, queue, snapshot, Acquire, HOLDER_FIELDS, WAIT,
 };
-use common::lease::{lease_info, lease_stat, parse_info, wait_for_waiters, Info, INFO_FIELDS};
-use common::reply::{assert_ok, error_text, expect_error, grant};
-use common::{wait_until, Flavor, Server};
+use harness::lease::{lease_info, lease_stat, parse_info, wait_for_waiters, Info, INFO_FIELDS};
+use harness::reply::{assert_ok, error_text, expect_error, grant};
+use harness::{wait_until, Flavor, Server};
 use redis::{Connection, Value};
 
 const MINUTE: u64 = 60_000;
@@ -1200,7 +1201,7 @@ for_each_server!(lease_holders_is_readonly_with_a_key_spec, |flavor| {
         "ACL SETUSER",
     );
     Acquire::shared("ro:k", MINUTE).token("t").take(&mut con);
-    let mut reader = common::calls::login(&server, "reader");
+    let mut reader = harness::calls::login(&server, "reader");
     assert_eq!(holders(&mut reader, "ro:k").len(), 1);
     assert_eq!(info_of(&mut reader, "ro:k").holders, 1);
     let refused = Acquire::shared("ro:k", MINUTE)
@@ -1955,7 +1956,7 @@ for_each_server!(
 
         // RESTORE REPLACE with a key of one hold: the gauge drops by the two replaced.
         Acquire::shared("one", MINUTE).token("o").take(&mut con);
-        let payload = common::lease::dump(&mut con, "one").payload();
+        let payload = harness::lease::dump(&mut con, "one").payload();
         assert_eq!(gauge(), 4);
         assert_ok(
             call(&mut con, "RESTORE", ("k2", 0, &payload[..], "REPLACE")),

@@ -6,21 +6,24 @@
 //! hold comes back with its token, fence, mode, owner and deadline, every key with its
 //! limit, and later grants take fences above all of them.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::fs;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::calls::{call, call_error, digest, exists, int, release, renew, restore, select, text};
-use common::cluster::{key_slot, migrate_slot_atomically, Cluster};
-use common::errors::{limit_mismatch, OTHER_MODE_ERR};
-use common::holds::{holds_still, info_of, info_still, Acquire, Holder, Still, WAIT};
-use common::lease::{dump, lease_info, lease_stat, Info, INFO_FIELDS};
-use common::rdb::{seal, Body};
-use common::reply::{error_text, expect_error, grant};
-use common::waiter::Waiter;
-use common::{info_field, master_and_replica, now_ms, wait_until, Flavor, Server, ServerOptions};
+use harness::calls::{
+    call, call_error, digest, exists, int, release, renew, restore, select, text,
+};
+use harness::cluster::{key_slot, migrate_slot_atomically, Cluster};
+use harness::errors::{limit_mismatch, OTHER_MODE_ERR};
+use harness::holds::{holds_still, info_of, info_still, Acquire, Holder, Still, WAIT};
+use harness::lease::{dump, lease_info, lease_stat, Info, INFO_FIELDS};
+use harness::rdb::{seal, Body};
+use harness::reply::{error_text, expect_error, grant};
+use harness::waiter::Waiter;
+use harness::{info_field, master_and_replica, now_ms, wait_until, Flavor, Server, ServerOptions};
 use redis::{Connection, ConnectionLike, Value};
 
 const MINUTE: u64 = 60_000;
@@ -314,7 +317,7 @@ fn verify(server: &Server, con: &mut Connection, w: &mut World, when: &str) {
         );
 
         let before = now_ms();
-        let listed: Vec<Holder> = common::holds::holders(con, key);
+        let listed: Vec<Holder> = harness::holds::holders(con, key);
         let after = now_ms();
         let shown: Vec<(u64, String, Option<String>, Option<String>)> = listed
             .iter()
@@ -500,7 +503,7 @@ fn rewrite_then_crash(flavor: Flavor, preamble: &str) {
     let mut con = server.client();
     let mut w = populate(&mut con);
     let before = aof_base(&server);
-    let reply = call(&mut con, "BGREWRITEAOF", common::calls::NONE);
+    let reply = call(&mut con, "BGREWRITEAOF", harness::calls::NONE);
     assert!(error_text(&reply).is_none(), "BGREWRITEAOF: {reply:?}");
     wait_until("the AOF rewrite to finish", WAIT, || {
         let info = server.info("persistence");
@@ -601,8 +604,8 @@ fn assert_same(master: &Server, replica: &Server, keys: &[&str], when: &str) {
             _ => panic!("{when}: {key}: master {a:?}, replica {b:?}"),
         }
         let (a, b) = (
-            common::holds::holders(&mut m, key),
-            common::holds::holders(&mut r, key),
+            harness::holds::holders(&mut m, key),
+            harness::holds::holders(&mut r, key),
         );
         assert_eq!(a.len(), b.len(), "{when}: LEASE.HOLDERS {key}: {a:?} {b:?}");
         for (x, y) in a.iter().zip(&b) {
@@ -698,12 +701,12 @@ for_each_server!(
         );
 
         // A handoff from the writer to two readers waiting.
-        let s1 = common::holds::queue(
+        let s1 = harness::holds::queue(
             &master,
             &Acquire::shared("rw", MINUTE).token("s1").block(0),
             1,
         );
-        let s2 = common::holds::queue(
+        let s2 = harness::holds::queue(
             &master,
             &Acquire::shared("rw", MINUTE)
                 .token("s2")
@@ -712,22 +715,22 @@ for_each_server!(
             2,
         );
         assert_eq!(release(&mut m, "rw", "w"), 1);
-        common::holds::granted_to(s1, "s1", "s1");
-        common::holds::granted_to(s2, "s2", "s2");
+        harness::holds::granted_to(s1, "s1", "s1");
+        harness::holds::granted_to(s2, "s2", "s2");
         assert_same(&master, &replica, &keys, "after a handoff to two readers");
 
         assert_eq!(int(call(&mut m, "DEL", "sem")), 1);
         assert_same(&master, &replica, &keys, "after DEL of a shared key");
 
         // The replica lists holders and refuses writes.
-        assert_eq!(common::holds::holders(&mut r, "rw").len(), 2);
+        assert_eq!(harness::holds::holders(&mut r, "rw").len(), 2);
         let e = call_error(&mut r, "LEASE.ACQUIRE", ("rw", MINUTE, "SHARED"));
         assert!(e.starts_with("READONLY"), "{e}");
     }
 );
 
 fn config_set_reap(con: &mut Connection) {
-    common::calls::config_set(con, "lease.reap-hz", "100");
+    harness::calls::config_set(con, "lease.reap-hz", "100");
 }
 
 for_each_server!(
@@ -735,7 +738,7 @@ for_each_server!(
     |flavor| {
         let master = Server::start_with(flavor, ServerOptions::new().config("lease.reap-hz", "1"));
         let replica = Server::start(flavor);
-        common::attach(&replica, &master);
+        harness::attach(&replica, &master);
         let mut m = master.client();
         let mut r = replica.client();
         let fb = Acquire::shared("k", MINUTE).token("b").take(&mut m);
@@ -756,16 +759,16 @@ for_each_server!(
         wait_until(
             "the grant to reach the replica",
             Duration::from_secs(2),
-            || common::holds::holder_fences(&mut r, "k").len() == 2 || now_ms() > before + 600,
+            || harness::holds::holder_fences(&mut r, "k").len() == 2 || now_ms() > before + 600,
         );
         if now_ms() < before + 600 {
-            assert_eq!(common::holds::holder_fences(&mut r, "k"), [fb, fa]);
+            assert_eq!(harness::holds::holder_fences(&mut r, "k"), [fb, fa]);
         }
         wait_until("a's deadline to pass", Duration::from_secs(5), || {
             now_ms() > after + 600
         });
         assert_eq!(
-            common::holds::holder_fences(&mut r, "k"),
+            harness::holds::holder_fences(&mut r, "k"),
             [fb],
             "the replica lists an expired hold"
         );
@@ -872,7 +875,7 @@ for_each_server!(keyspace_commands_on_shared_keys_replicate, |flavor| {
     assert_same(&master, &replica, &keys, "after MOVE");
     let mut r = replica.client();
     select(&mut r, 1);
-    assert_eq!(common::holds::holders(&mut r, "b").len(), 2, "b in db 1");
+    assert_eq!(harness::holds::holders(&mut r, "b").len(), 2, "b in db 1");
     assert_eq!(call(&mut m, "SET", ("one", "v")), Value::Okay);
     assert_same(&master, &replica, &keys[..3], "after SET over a shared key");
     assert_eq!(lease_stat(&replica, "shared_holds"), 3);
@@ -989,8 +992,8 @@ for_each_server!(dump_and_restore_carry_shared_holds, |flavor| {
         let copy = format!("{key}:copy");
         assert_eq!(restore(&mut con, &copy, &d.payload()), Value::Okay);
         assert_eq!(shape(&mut con, &copy), shape(&mut con, key), "{copy}");
-        let a = common::holds::holders(&mut con, key);
-        let b = common::holds::holders(&mut con, &copy);
+        let a = harness::holds::holders(&mut con, key);
+        let b = harness::holds::holders(&mut con, &copy);
         for (x, y) in a.iter().zip(&b) {
             assert!(y.ttl <= x.ttl + 5 && y.ttl > x.ttl - 1_000, "{x:?} {y:?}");
         }
@@ -998,9 +1001,9 @@ for_each_server!(dump_and_restore_carry_shared_holds, |flavor| {
     // The copies are leases like any other: each token acts on its own hold there.
     assert_eq!(release(&mut con, "sh:rw:copy", "r2"), 1);
     assert_eq!(renew(&mut con, "sh:rw:copy", "r1", MINUTE), 1);
-    assert_eq!(common::holds::holders(&mut con, "sh:rw:copy").len(), 2);
+    assert_eq!(harness::holds::holders(&mut con, "sh:rw:copy").len(), 2);
     assert_eq!(
-        common::holds::holders(&mut con, "sh:rw").len(),
+        harness::holds::holders(&mut con, "sh:rw").len(),
         3,
         "the original"
     );
@@ -1254,7 +1257,7 @@ for_each_server!(eviction_of_a_shared_key_reaches_the_replica, |flavor| {
         ("maxmemory-policy", "allkeys-lru"),
         ("lease.allkeys-eviction", mode),
     ] {
-        common::calls::config_set(&mut m, name, value);
+        harness::calls::config_set(&mut m, name, value);
     }
     let value = vec![b'v'; 1024];
     let mut evicted = false;
@@ -1274,7 +1277,7 @@ for_each_server!(eviction_of_a_shared_key_reaches_the_replica, |flavor| {
             }
         }
     }
-    common::calls::config_set(&mut m, "maxmemory", "0");
+    harness::calls::config_set(&mut m, "maxmemory", "0");
     assert!(evicted, "five rounds of writes never evicted lock:rw");
     replica.wait_for_sync(&master);
     let mut r = replica.client();
@@ -1291,7 +1294,7 @@ for_each_server!(eviction_of_a_shared_key_reaches_the_replica, |flavor| {
     assert_same(&master, &replica, &["lock:rw"], "after the eviction");
 });
 
-/// A version 2 lease-key value of holds, field by field (src/model/encoding.rs): the
+/// A version 2 lease-key value of holds, field by field (model/src/encoding.rs): the
 /// key's fence, a free version 1 head, `EXTENDED`, mode (0 exclusive, 1 shared), limit
 /// (0: none), the count, then per hold: fence, deadline, token, owner (empty: none).
 fn extended_body(fence: u64, mode: u64, limit: u64, holds: &[(u64, u64, &[u8], &[u8])]) -> Body {
@@ -1417,14 +1420,14 @@ for_each_server!(
     |flavor| {
         let master = Server::start_with(flavor, aof_options());
         let replica = Server::start(flavor);
-        common::attach(&replica, &master);
+        harness::attach(&replica, &master);
         let mut m = master.client();
         let fb = Acquire::shared("k", MINUTE).token("b").take(&mut m);
         let asked = std::time::Instant::now();
         Acquire::shared("k", 300).token("a").take(&mut m);
         Acquire::shared("k2", 300).token("a2").take(&mut m);
         let deadline = asked + Duration::from_millis(300);
-        let w = common::holds::queue(
+        let w = harness::holds::queue(
             &master,
             &Acquire::exclusive("k2", MINUTE).token("w").block(0),
             1,
@@ -1442,12 +1445,12 @@ for_each_server!(
             "the setup outlasted the holds: too slow for this test"
         );
         let aof = aof_bytes(&master);
-        let offset = common::repl_offset(&master);
+        let offset = harness::repl_offset(&master);
         std::thread::sleep(deadline + Duration::from_millis(300) - std::time::Instant::now());
-        let listed = common::holds::holder_fences(&mut m, "k");
+        let listed = harness::holds::holder_fences(&mut m, "k");
         let k2 = info_of(&mut m, "k2");
         let expired_during = lease_stat(&master, "expired");
-        let (aof_during, offset_during) = (aof_bytes(&master), common::repl_offset(&master));
+        let (aof_during, offset_during) = (aof_bytes(&master), harness::repl_offset(&master));
         w.assert_waiting("the writer on k2 during the pause");
         assert!(
             std::time::Instant::now() < pause_ends,
@@ -1462,11 +1465,11 @@ for_each_server!(
         wait_until("both holds dropped after the pause", WAIT, || {
             lease_stat(&master, "expired") == expired + 2
         });
-        common::holds::granted_to(w, "w", "the writer on k2 after the pause");
+        harness::holds::granted_to(w, "w", "the writer on k2 after the pause");
         assert_same(&master, &replica, &["k", "k2"], "after the pause");
         let before = digest(&master);
         assert_eq!(call(&mut m, "DEBUG", "LOADAOF"), Value::Okay);
         assert_eq!(digest(&master), before, "DEBUG DIGEST after DEBUG LOADAOF");
-        assert_eq!(common::holds::holder_fences(&mut m, "k"), [fb]);
+        assert_eq!(harness::holds::holder_fences(&mut m, "k"), [fb]);
     }
 );

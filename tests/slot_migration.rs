@@ -5,16 +5,14 @@
 //! the node its key left), and the destination's replica agrees. Valkey 9 only: the
 //! other servers of the matrix have no atomic slot migration.
 
-mod common;
-
 use std::thread;
 use std::time::Duration;
 
-use common::calls::{call, int, renew, stale, take, text};
-use common::cluster::{key_slot, migrate_slot_atomically, Cluster};
-use common::lease::{lease_info, lease_stat};
-use common::reply::expect_error;
-use common::{wait_until, Flavor, Server};
+use harness::calls::{call, int, renew, stale, take, text};
+use harness::cluster::{key_slot, migrate_slot_atomically, Cluster};
+use harness::lease::{lease_info, lease_stat};
+use harness::reply::expect_error;
+use harness::{wait_until, Flavor, Server};
 use redis::Value;
 
 const MINUTE: u64 = 60_000;

@@ -7,16 +7,17 @@
 //! of the head waiter and `FLUSHALL`. Every case on every server of the matrix; the
 //! table of outcomes is in docs/src/proof/security.md ("The server's surface").
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::calls::{call, digest, info_on, int, release, renew, select, stale, take, text, NONE};
-use common::lease::{lease_info, lease_stat};
-use common::reply::{assert_ok, error_text, expect_error, granted};
-use common::waiter::Waiter;
-use common::{master_and_replica, wait_until, Flavor, Server, ServerOptions};
+use harness::calls::{call, digest, info_on, int, release, renew, select, stale, take, text, NONE};
+use harness::lease::{lease_info, lease_stat};
+use harness::reply::{assert_ok, error_text, expect_error, granted};
+use harness::waiter::Waiter;
+use harness::{master_and_replica, wait_until, Flavor, Server, ServerOptions};
 use redis::{Connection, PushKind, Value};
 
 const MINUTE: u64 = 60_000;

@@ -9,18 +9,19 @@
 //! `LEASE.INFO` is read by field name, so a reply with more fields (version 2 adds six)
 //! reads the same.
 
-mod common;
+#[macro_use]
+extern crate harness;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::calls::{acquire, call, config_get, digest, fenced, int, release, renew, select};
-use common::calls::{stale, text, NONE};
-use common::lease::lease_stat;
-use common::rdb::module_id;
-use common::reply::{error_text, pairs};
-use common::{now_ms, repo_dir, wait_until, Flavor, Server, ServerOptions};
+use harness::calls::{acquire, call, config_get, digest, fenced, int, release, renew, select};
+use harness::calls::{stale, text, NONE};
+use harness::lease::lease_stat;
+use harness::rdb::module_id;
+use harness::reply::{error_text, pairs};
+use harness::{now_ms, repo_dir, wait_until, Flavor, Server, ServerOptions};
 use redis::{Connection, Value};
 
 // ---------------------------------------------------------------------------

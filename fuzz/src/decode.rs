@@ -1,5 +1,5 @@
 //! Target `decode`: persisted lease-key, fence-rec and fence-sequence values
-//! (src/model/encoding.rs) from a hostile RDB / DUMP payload, at every
+//! (model/src/encoding.rs) from a hostile RDB / DUMP payload, at every
 //! encoding version.
 
 use crate::holds::{Sessions, Unbound, NO_DEADLINE};

@@ -1,7 +1,7 @@
 //! The fuzz harness of redis-lease: the module's pure files, compiled in as
 //! they are, and the two entry points the libFuzzer targets call.
 //!
-//! The whole of `src/model/` sits in a `model` module as in the module's
+//! The whole of `model/src/` sits in a `model` module as in the module's
 //! own tree, so its `crate::model::...` paths resolve here exactly as
 //! there. Nothing here links Redis.
 //!
@@ -12,15 +12,11 @@
 
 #![allow(dead_code)]
 
-/// The module's whole pure model, as it is in its tree.
-#[path = "../../src/model/mod.rs"]
-pub mod model;
+/// The module's whole pure model: the crate the module itself builds on.
+pub use redis_lease_model as model;
 
-pub use model::{args, encoding, error, holds, lease, sessions};
+pub use model::{args, encoding, error, holds, lease, rdb, sessions};
 
-/// The encoder of module values, shared with the integration tests.
-#[path = "../../tests/common/rdb.rs"]
-pub mod rdb;
 pub mod reader;
 
 mod acquire;

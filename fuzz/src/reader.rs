@@ -18,7 +18,7 @@
 //! is for a module that handles them. A string longer than what is left is
 //! refused without allocating it.
 //!
-//! The writing side is `crate::rdb` (tests/common/rdb.rs), the encoder the
+//! The writing side is `crate::rdb` (model/src/rdb.rs), the encoder the
 //! integration tests craft payloads with.
 
 use crate::rdb::{OPCODE_STRING, OPCODE_UINT};

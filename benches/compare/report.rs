@@ -4,10 +4,10 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::common::Flavor;
 use crate::sessions::SessionResult;
 use crate::shared::SharedResult;
 use crate::{ExpiryWay, Mode, Op, Plan, Samples, ServerResult};
+use harness::Flavor;
 
 /// What the numbers were measured on.
 pub struct Machine {

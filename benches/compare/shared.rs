@@ -16,16 +16,16 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Instant;
 
-use crate::common::{Flavor, Server};
-use crate::resp::{Conn, Reply};
-use crate::workload::{
-    acquire_shared, drive, is_one, key, load_sem_scripts, release, renew, sem_acquire, sem_release,
-    sem_renew, supports_shared, token, Layout, SemScripts,
-};
 use crate::{
     connect, flushall, measure_pair, memory_run, progress, settled_used_memory, start, Group,
     MemoryResult, Op, Plan, Samples, Way, LONG_TTL,
 };
+use harness::resp::{Conn, Reply};
+use harness::workload::{
+    acquire_shared, drive, is_one, key, load_sem_scripts, release, renew, sem_acquire, sem_release,
+    sem_renew, supports_shared, token, Layout, SemScripts,
+};
+use harness::{Flavor, Server};
 
 /// The limit both ways state, and `lease.max-holders` on the bench's servers: room for
 /// the largest layout (100,000 holds on one key) and the throughput's background holds

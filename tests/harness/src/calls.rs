@@ -75,7 +75,7 @@ macro_rules! q {
     ($con:expr, $($arg:expr),+ $(,)?) => {{
         let mut c = redis::Cmd::new();
         $( c.arg($arg); )+
-        $crate::common::calls::send($con, &c)
+        $crate::calls::send($con, &c)
     }};
 }
 

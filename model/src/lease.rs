@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::model::holds::{
+use crate::holds::{
     Binding, Grant, Hold, Holds, Mode, Refused, SessionState, Sessions, Terms, NO_DEADLINE,
 };
 
@@ -1412,7 +1412,7 @@ impl WaitQueues {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::holds::Unbound;
+    use crate::holds::Unbound;
 
     fn renew(lease: &mut Lease, token: &[u8], ttl_ms: u64, now_ms: u64) -> bool {
         lease.renew_hold(token, ttl_ms, now_ms, &mut Unbound) == Renew::Renewed

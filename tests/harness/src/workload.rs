@@ -1,8 +1,8 @@
 //! The workload both benches send: the Lua way's scripts, key names, tokens, the
 //! commands of each way, and the pipelined driver that checks every reply.
 
-use crate::common::{self, Server};
 use crate::resp::{encode, Conn, Reply};
+use crate::Server;
 
 /// The compare-and-pexpire script of the usual Redis lock recipe.
 pub const RENEW_LUA: &str = "if redis.call('get', KEYS[1]) == ARGV[1] then \
@@ -84,7 +84,7 @@ pub fn drive(
 /// `Redis 7.0.15`, `Valkey 8.1.8`: what the server says it is.
 pub fn server_version(server: &Server) -> String {
     let info = server.info("server");
-    let get = |f: &str| common::info_field(&info, f);
+    let get = |f: &str| crate::info_field(&info, f);
     match (get("valkey_version"), get("redis_version")) {
         (Some(v), _) => format!("Valkey {v}"),
         (None, Some(v)) => format!("Redis {v}"),

@@ -4,8 +4,8 @@
 //! checked; anything out of range refuses the load instead of building a
 //! lease the rest of the module would trust.
 
-use crate::model::holds::{valid_owner, Binding, Grant, Hold, Holds, Mode, MAX_LIMIT, NO_DEADLINE};
-use crate::model::lease::{
+use crate::holds::{valid_owner, Binding, Grant, Hold, Holds, Mode, MAX_LIMIT, NO_DEADLINE};
+use crate::lease::{
     Holder, Lease, Persisted, Resource, Token, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN,
     MAX_TTL_MS,
 };
@@ -270,7 +270,7 @@ pub fn decode_sequence(r: &mut impl Reader, encver: i32) -> Result<u64, &'static
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::holds::Unbound;
+    use crate::holds::Unbound;
 
     /// Values queued in order; `None` plays a short read.
     struct Queue(Vec<Option<Value>>);
@@ -379,8 +379,8 @@ mod tests {
 
     #[test]
     fn every_form_round_trips_through_version_2() {
-        use crate::model::holds::Terms;
-        use crate::model::lease::{Acquire, FenceSequence};
+        use crate::holds::Terms;
+        use crate::lease::{Acquire, FenceSequence};
         let mut fences = FenceSequence::new();
         let mut compact = Lease::default();
         assert!(matches!(

@@ -258,6 +258,10 @@ impl DeadlineIndex {
         self.len
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     pub fn clear(&mut self) {
         self.dbs.clear();
         self.len = 0;
@@ -467,7 +471,7 @@ mod tests {
     #[test]
     fn far_deadlines_and_any_database() {
         let mut idx = DeadlineIndex::new();
-        let far = crate::model::lease::MAX_DEADLINE_MS;
+        let far = crate::lease::MAX_DEADLINE_MS;
         assert!(idx.insert(far, i32::MAX, b"k"));
         let e = idx.pop_due(far).expect("due");
         assert_eq!((e.deadline_ms(), e.db()), (far, i32::MAX));

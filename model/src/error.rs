@@ -12,7 +12,7 @@
 
 use std::ffi::CStr;
 
-use crate::model::holds::Refused;
+use crate::holds::Refused;
 
 /// The key holds a value of another type.
 pub const WRONGTYPE: &CStr = c"WRONGTYPE Operation against a key holding the wrong kind of value";

@@ -1,7 +1,7 @@
 //! Module values as Redis serializes them, written byte by byte: the one encoder the
 //! integration tests (crafted `RESTORE` payloads and RDB files) and the fuzz targets
-//! (`fuzz/src/lib.rs` includes this file as `lease_fuzz::rdb`) build their inputs with.
-//! Plain Rust, no `redis` crate: the fuzz crate has no such dependency.
+//! build their inputs with. The module itself never writes these bytes (Redis does,
+//! from `rdb_save`); this is the reader's counterpart for those who craft inputs.
 //!
 //! A `DUMP` payload is `<value> <RDB version: 2 bytes LE> <CRC-64 of both: 8 bytes LE>`.
 //! A module value is the type byte 7 (`RDB_TYPE_MODULE_2`), the module id as an RDB

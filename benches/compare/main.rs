@@ -18,12 +18,12 @@
 //!   PING round trips while the server deletes them, and DBSIZE is polled until 0.
 //! - `curve`: server CPU per call with 1 to 1M live leases (and as many strings) present,
 //!   the two ways in turn as in `cpu`.
-//! - `shared` (benches/support/shared.rs): shared holds (issue 16) against a sorted-set
+//! - `shared` (benches/compare/shared.rs): shared holds (issue 16) against a sorted-set
 //!   semaphore: server CPU per call among 1, 100 and 10,000 holds, pipelined throughput
 //!   on one key, memory per hold. `--shared` runs only these and writes `shared.md` and
 //!   `shared.svg`; `--memory` runs only the memory comparisons (exclusive leases and
 //!   shared holds, 100,000 of each) and writes `memory.md`.
-//! - `sessions` (benches/support/sessions.rs): sessions (issue 17). N leases kept alive by
+//! - `sessions` (benches/compare/sessions.rs): sessions (issue 17). N leases kept alive by
 //!   one session (one `LEASE.RENEW` of it per period) against N `LEASE.RENEW`s per period
 //!   (commands sent, their server CPU, the server process's CPU); a session with 100,000
 //!   bound holds released, with the probe of `expiry` until every bound key is reaped
@@ -35,20 +35,10 @@
 //! reply (a grant refused, a release that released nothing) is an error: the numbers of a
 //! bench that does not do what it says would mean nothing.
 
-#[path = "support/chart.rs"]
 mod chart;
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "support/report.rs"]
 mod report;
-#[path = "support/resp.rs"]
-mod resp;
-#[path = "support/sessions.rs"]
 mod sessions;
-#[path = "support/shared.rs"]
 mod shared;
-#[path = "support/workload.rs"]
-mod workload;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,12 +46,12 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Flavor, Server, ServerOptions};
-use resp::{decimal, encode, Conn, Reply};
-use workload::{
+use harness::resp::{decimal, encode, Conn, Reply};
+use harness::workload::{
     acquire, drive, eval_release, eval_renew, is_one, key, load_scripts, release, renew,
     server_version, set_nx_px, token, Scripts, CHUNK, COUNTER_KEYS,
 };
+use harness::{Flavor, Server, ServerOptions};
 
 /// TTL of leases and strings that must outlive a measurement.
 const LONG_TTL: &[u8] = b"3600000";
@@ -261,9 +251,9 @@ fn parse_options() -> Options {
     }
     let out = out.unwrap_or_else(|| {
         if quick {
-            common::repo_dir().join("target").join("bench-quick")
+            harness::repo_dir().join("target").join("bench-quick")
         } else {
-            common::repo_dir().join("docs/src/performance/reports")
+            harness::repo_dir().join("docs/src/performance/reports")
         }
     });
     Options {
@@ -296,7 +286,7 @@ pub enum Op {
     Renew,
     Release,
     Fence,
-    // Shared holds and the sorted-set semaphore (not in `ALL`: benches/support/shared.rs).
+    // Shared holds and the sorted-set semaphore (not in `ALL`: benches/compare/shared.rs).
     SharedAcquire,
     SharedRenew,
     SharedRelease,
@@ -568,7 +558,7 @@ fn measure(
 
 fn info_number(conn: &mut Conn, section: &str, field: &str) -> u64 {
     let info = conn.must(&["INFO", section]).text();
-    common::info_field(&info, field)
+    harness::info_field(&info, field)
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("INFO {section} has no numeric {field}"))
 }
@@ -1369,7 +1359,7 @@ fn main() {
         machine.load_start
     ));
     // Build the module once, before any timing starts.
-    let module = common::module_path();
+    let module = harness::module_path();
     progress(&format!("module: {}", module.display()));
     let started = Instant::now();
     match options.mode {

@@ -4,9 +4,9 @@
 
 use std::ffi::CStr;
 
-use crate::model::error;
-use crate::model::holds::{valid_owner, Binding, Grant, Mode, Terms, MAX_LIMIT, NO_DEADLINE};
-use crate::model::lease::{Holder, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::error;
+use crate::holds::{valid_owner, Binding, Grant, Mode, Terms, MAX_LIMIT, NO_DEADLINE};
+use crate::lease::{Holder, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS};
 
 /// Parses a non-negative decimal integer as Redis does: no sign, no
 /// leading zeros, no spaces.

@@ -18,15 +18,15 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::{self, Flavor, Server, ServerOptions};
-use crate::resp::{decimal, Conn, Reply};
-use crate::workload::{
-    acquire, acquire_bound, drive, is_one, key, renew, supports_sessions, token,
-};
 use crate::{
     cmdstat, connect, expiry_run, flushall, latency_max, latency_reset, probe_drain, progress,
     start, ExpiryOutcome, ExpiryWay, Plan, Samples, Way, EXPIRY_LEAD, LONG_TTL,
 };
+use harness::resp::{decimal, Conn, Reply};
+use harness::workload::{
+    acquire, acquire_bound, drive, is_one, key, renew, supports_sessions, token,
+};
+use harness::{Flavor, Server, ServerOptions};
 
 /// The session both measurements hold.
 const SESSION_KEY: &[u8] = b"bench:session";
@@ -167,7 +167,7 @@ fn bench_keepalive(flavor: Flavor, plan: &Plan) -> (Vec<KeepPoint>, KeepWay) {
 fn process_cpu_ms(conn: &mut Conn) -> f64 {
     let info = conn.must(&["INFO", "cpu"]).text();
     let field = |f: &str| -> f64 {
-        common::info_field(&info, f)
+        harness::info_field(&info, f)
             .and_then(|v| v.parse().ok())
             .unwrap_or_else(|| panic!("INFO cpu has no {f}"))
     };

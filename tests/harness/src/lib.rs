@@ -146,7 +146,7 @@ impl fmt::Display for Flavor {
 /// last segment tells the server. Attributes written before the name (`#[ignore]`,
 /// `#[should_panic]`) go on each of the four tests. The body sees the test file's items through `use super::*`.
 ///
-/// The test file must declare `mod common;` at its root.
+/// The test file imports the harness's macros (`#[macro_use] extern crate harness;`).
 #[macro_export]
 macro_rules! for_each_server {
     ($(#[$attr:meta])* $name:ident, |$flavor:ident| $body:block) => {
@@ -154,38 +154,39 @@ macro_rules! for_each_server {
             #[allow(unused_imports)]
             use super::*;
 
-            fn run($flavor: $crate::common::Flavor) $body
+            fn run($flavor: $crate::Flavor) $body
 
             $(#[$attr])*
             #[test]
             fn redis7() {
-                run($crate::common::Flavor::Redis7)
+                run($crate::Flavor::Redis7)
             }
 
             $(#[$attr])*
             #[test]
             fn redis8() {
-                run($crate::common::Flavor::Redis8)
+                run($crate::Flavor::Redis8)
             }
 
             $(#[$attr])*
             #[test]
             fn valkey8() {
-                run($crate::common::Flavor::Valkey8)
+                run($crate::Flavor::Valkey8)
             }
 
             $(#[$attr])*
             #[test]
             fn valkey9() {
-                run($crate::common::Flavor::Valkey9)
+                run($crate::Flavor::Valkey9)
             }
         }
     };
 }
 
-/// The repository root (where Cargo.toml is).
+/// The repository root (where the module's Cargo.toml is; this crate is
+/// tests/harness).
 pub fn repo_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn target_dir() -> PathBuf {
@@ -843,7 +844,7 @@ impl Server {
     fn write_config(&self) {
         let dir = self.dir.to_string_lossy();
         let log = self.log_path();
-        let mut text = String::from("# Written by the test harness (tests/common/mod.rs).\n");
+        let mut text = String::from("# Written by the test harness (tests/harness/src/lib.rs).\n");
         text.push_str(&format!("port {}\n", self.port));
         text.push_str(&format!("dir {}\n", quote(&dir)));
         text.push_str(&format!("logfile {}\n", quote(&log.to_string_lossy())));
@@ -1036,7 +1037,7 @@ impl Server {
     /// `LEASE.DEBUG CHECK` on a server that is running and has the module: `None` when it
     /// answers `OK` or cannot be asked (see `FINAL_CHECK_SKIPS`, and a server that does
     /// not answer within `FINAL_CHECK_TIMEOUT`), else what it answered. The check is
-    /// exact at every moment (`src/model/check.rs` says why each rule holds while the
+    /// exact at every moment (`model/src/check.rs` says why each rule holds while the
     /// server runs), so it is asked once, not polled.
     fn final_check(&self) -> Option<String> {
         let client = redis::Client::open(self.url()).ok()?;
@@ -1187,7 +1188,9 @@ pub mod errors;
 pub mod evict;
 pub mod holds;
 pub mod lease;
-pub mod rdb;
+pub use redis_lease_model::rdb;
 pub mod reply;
+pub mod resp;
 pub mod session;
 pub mod waiter;
+pub mod workload;

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::model::holds::Binding;
+use crate::holds::Binding;
 
 #[derive(Debug, Default)]
 struct Bound {
@@ -344,12 +344,12 @@ impl BoundIndex {
 /// compares.
 impl BoundIndex {
     /// Every entry: its session grant, its counts, whether it ended.
-    pub fn audit(&self) -> Vec<crate::model::check::IndexedSession> {
+    pub fn audit(&self) -> Vec<crate::check::IndexedSession> {
         self.sessions
             .iter()
             .flat_map(|(&(db, fence), list)| {
                 list.iter()
-                    .map(move |(session, b)| crate::model::check::IndexedSession {
+                    .map(move |(session, b)| crate::check::IndexedSession {
                         db,
                         session: session.clone(),
                         fence,

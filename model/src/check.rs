@@ -26,8 +26,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::model::holds::{Binding, SessionState};
-use crate::model::lease::{FENCES_PER_MS, FENCE_LIMIT, MAX_AHEAD};
+use crate::holds::{Binding, SessionState};
+use crate::lease::{FENCES_PER_MS, FENCE_LIMIT, MAX_AHEAD};
 
 /// Problems the reply lists; it says how many there are in all.
 pub const SHOWN: usize = 5;
