@@ -8,7 +8,8 @@
 //! - `acquire`: `LEASE.ACQUIRE`'s options against an oracle written apart,
 //!   and the grants a parsed call makes (compact and extended forms);
 //! - `apply`: `LEASE.APPLY`'s forms (whole state, HOLD, DROP, DELAY);
-//! - `decode`: persisted values of every encoding version.
+//! - `decode`: persisted values of every encoding version;
+//! - `effect`: `LEASE.APPLY`'s forms decode and encode back to themselves.
 
 #![allow(dead_code)]
 
@@ -22,11 +23,13 @@ pub mod reader;
 mod acquire;
 mod apply;
 mod decode;
+mod effect;
 
 use holds::{Binding, Mode, SessionState, Sessions, MAX_OWNER_LEN, NO_DEADLINE};
 use lease::{Lease, State, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS};
 
 pub use decode::fuzz_decode;
+pub use effect::fuzz_effect;
 
 /// Splits a fuzz input into a selector byte and NUL-separated arguments.
 fn split(data: &[u8]) -> Option<(u8, Vec<&[u8]>)> {

@@ -261,6 +261,7 @@ mod tests {
         for (target, run) in [
             ("args", crate::fuzz_args as fn(&[u8])),
             ("decode", crate::fuzz_decode),
+            ("effect", crate::fuzz_effect),
         ] {
             let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("corpus")

@@ -199,6 +199,15 @@ pub fn apply_state(fence: u64, deadline_ms: u64, buf: &mut [u8; STATE_LEN]) -> &
     &buf[at..]
 }
 
+/// Room for any u64 in decimal.
+pub const DECIMAL_LEN: usize = 20;
+
+/// `v` in decimal, written into `buf`.
+pub fn decimal(v: u64, buf: &mut [u8; DECIMAL_LEN]) -> &[u8] {
+    let at = decimal_before(v, buf, DECIMAL_LEN);
+    &buf[at..]
+}
+
 /// Appends `v` in decimal.
 fn push_decimal(out: &mut Vec<u8>, v: u64) {
     let mut buf = [0u8; 20];

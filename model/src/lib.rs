@@ -9,6 +9,7 @@
 pub mod args;
 pub mod check;
 pub mod config;
+pub mod effect;
 pub mod encoding;
 pub mod error;
 pub mod holds;

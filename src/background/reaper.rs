@@ -267,7 +267,7 @@ fn settle_key(
     let stays = has_holds || delayed_until > now || waiting;
     if !gone.is_empty() {
         if stays {
-            effects::replicate_drop_each(ctx, name, gone.iter().map(|(h, _)| &*h.token));
+            effects::replicate_drop(ctx, name, gone.iter().map(|(h, _)| &*h.token));
         }
         rm::notify(ctx, notifications::EXPIRE, name);
         state::add(&STATS.expired, gone.len() as u64);

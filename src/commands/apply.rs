@@ -1,10 +1,6 @@
-//! `LEASE.APPLY`: a master's or the AOF's effect, in one of three forms:
-//! - `key fence:deadline token`: a compact lease's whole state (an empty
-//!   token: free), which also ends any extended holds;
-//! - `key state token`, the state a hold's (`args::hold_state`, seven
-//!   fields): one hold of an extended lease (an exclusive one is the only
-//!   hold);
-//! - `key DROP token [token ...]`: holds of an extended lease gone.
+//! `LEASE.APPLY key ...`: a master's or the AOF's effect, in one of the
+//! forms of `model::effect` (a whole compact state, one hold, holds
+//! dropped, a lock-delay), decoded there.
 
 use std::os::raw::c_int;
 
@@ -12,10 +8,9 @@ use crate::keyspace::effects::index_lease;
 use crate::keyspace::sessions;
 use crate::keyspace::state;
 use crate::keyspace::types;
-use crate::model::args;
+use crate::model::effect::Effect;
 use crate::model::error;
-use crate::model::holds::{Grant, Mode};
-use crate::model::lease::{Lease, MAX_DEADLINE_MS};
+use crate::model::lease::{Holder, Lease};
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::{command, origin, Origin, Redact};
@@ -35,14 +30,6 @@ fn apply_secrets(args: &[RString]) -> Redact {
     }
 }
 
-/// The effect on a stored lease, or the lease a new key gets.
-enum Effect {
-    Whole(u64, Option<crate::model::lease::Holder>),
-    Hold(Box<[u8]>, Grant, Mode, Option<u32>),
-    Drop,
-    Delay(u64),
-}
-
 fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     let origin = origin(ctx);
     if origin == Origin::Client {
@@ -51,30 +38,13 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     let [_, key_name, effect @ ..] = args else {
         return rm::reply_error(ctx, error::APPLY_ARGS);
     };
-    let form = effect.first().map(rm::bytes);
-    let parsed = match form {
-        Some(f) if effect.len() == 2 && args::is_hold_state(f) => {
-            args::parse_hold_args(effect, rm::bytes)
-                .map(|(token, grant, mode, limit)| Effect::Hold(token, grant, mode, limit))
-        }
-        Some(f) if f.eq_ignore_ascii_case(b"DROP") && effect.len() > 1 => Ok(Effect::Drop),
-        Some(f) if f.eq_ignore_ascii_case(b"DELAY") => match effect {
-            [_, until] => args::parse_u64(rm::bytes(until))
-                .filter(|&u| u <= MAX_DEADLINE_MS)
-                .map(Effect::Delay)
-                .ok_or(error::APPLY_ARGS),
-            _ => Err(error::APPLY_ARGS),
-        },
-        _ => args::parse_apply_args(effect, rm::bytes).map(|(f, h)| Effect::Whole(f, h)),
-    };
-    let effect = match parsed {
-        Ok(parsed) => parsed,
+    let parts: Vec<&[u8]> = effect.iter().map(rm::bytes).collect();
+    let effect = match Effect::decode(&parts) {
+        Ok(effect) => effect,
         Err(e) => return rm::reply_error(ctx, e),
     };
-    match &effect {
-        Effect::Whole(fence, _) => state::fences().observe(*fence, rm::now_ms()),
-        Effect::Hold(_, grant, ..) => state::fences().observe(grant.fence, rm::now_ms()),
-        Effect::Drop | Effect::Delay(_) => {}
+    if let Some(fence) = effect.fence() {
+        state::fences().observe(fence, rm::now_ms());
     }
     let Some(mut key) = Key::open_write(ctx, *key_name) else {
         return rm::reply_error(ctx, error::INTERNAL);
@@ -94,11 +64,20 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     let shared_before = lease.shared_holds();
     let (db, name) = (rm::selected_db(ctx), rm::bytes(key_name));
     match effect {
-        Effect::Whole(fence, holder) => {
+        Effect::Whole { fence, holder } => {
             sessions::unbind_all(db, name, lease);
-            lease.apply(holder, fence);
+            lease.apply(
+                holder.map(|(deadline_ms, token)| Holder { token, deadline_ms }),
+                fence,
+            );
         }
-        Effect::Hold(token, grant, mode, limit) => {
+        Effect::Hold {
+            token,
+            grant,
+            mode,
+            limit,
+        } => {
+            let grant = grant.into_owned();
             let binding = grant.session().cloned();
             let replaced = lease.apply_hold(&token, grant, mode, limit);
             sessions::unbind(db, name, &replaced);
@@ -106,8 +85,8 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
                 sessions::bind(db, name, &binding);
             }
         }
-        Effect::Drop => {
-            let gone = lease.apply_drop(args[3..].iter().map(rm::bytes));
+        Effect::Drop(tokens) => {
+            let gone = lease.apply_drop(tokens.iter().map(|t| &**t));
             sessions::unbind(db, name, &gone);
         }
         Effect::Delay(until) => lease.apply_delay(until),

@@ -109,7 +109,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         // any other client's command runs.
         if lease.is_extended() {
             // Its terms (the limit) stay with it while clients wait.
-            effects::replicate_drop(ctx, *key_name, &[token]);
+            effects::replicate_drop(ctx, *key_name, std::iter::once(token));
         } else {
             replicate_lease(ctx, *key_name, lease);
         }

@@ -3,16 +3,19 @@
 //! work (waiters, the reaper, eviction restore, server events) call these
 //! rather than each other.
 //!
-//! Every effect is replicated with absolute values (`LEASE.APPLY key
-//! fence:deadline token`, `DEL key`, `LEASE.FENCE resource fence`), so
-//! replicas and AOF replay never consult their own clock or random source.
+//! Every effect is replicated with absolute values (`LEASE.APPLY key ...`,
+//! the forms of `model::effect`, written by `send`; `DEL key`; `LEASE.FENCE
+//! resource fence`), so replicas and AOF replay never consult their own
+//! clock or random source.
 
+use std::borrow::Cow;
 use std::os::raw::c_void;
 
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
-use crate::model::args;
-use crate::model::holds::{Grant, Mode};
+pub use crate::keyspace::wire::Wire;
+use crate::keyspace::wire::{send, Sink};
+use crate::model::effect::{self, Effect};
 use crate::model::lease::Lease;
 use crate::model::notifications;
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString};
@@ -32,189 +35,50 @@ pub fn index_lease(ctx: Ctx, key: RString, lease: &mut Lease) {
     state::index_lease(rm::selected_db(ctx), rm::bytes(&key), lease);
 }
 
-/// A holder's token as `LEASE.APPLY` carries it: the client's own argument
-/// where the token came from one (passed on as is, no copy), else its bytes.
-#[derive(Clone, Copy)]
-pub enum Wire<'a> {
-    Arg(RString),
-    Bytes(&'a [u8]),
-}
-
-impl Wire<'_> {
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            Wire::Arg(arg) => rm::bytes(arg),
-            Wire::Bytes(b) => b,
-        }
-    }
-}
-
-/// Propagates a lease's whole state as `LEASE.APPLY`: the compact form,
-/// or (extended) its fence and then each hold, and its lock-delay.
+/// Propagates a lease's whole state (`effect::whole`).
 pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
-    let (deadline, token) = lease.persisted_holder();
-    replicate_holder(ctx, key, lease.fence(), deadline, Wire::Bytes(&token));
-    if let Some(whole) = lease.persisted_holds() {
-        for hold in &whole.holds {
-            replicate_hold(
-                ctx,
-                key,
-                &hold.grant,
-                whole.mode,
-                whole.limit,
-                Wire::Bytes(&hold.token),
-            );
-        }
-        if whole.delayed_until != 0 {
-            replicate_delay(ctx, key, whole.delayed_until);
-        }
-    }
+    effect::whole(lease, |e| send(Sink::Replicate(ctx), key, e));
 }
 
 /// `LEASE.APPLY key DELAY until`: no grant on the key before `until`.
 pub fn replicate_delay(ctx: Ctx, key: RString, until_ms: u64) {
-    // SAFETY: `ctx` and `key` are valid by the handle rule; the format `scl`
-    // takes a module string, a NUL-terminated string and an i64.
-    unsafe {
-        api!(RedisModule_Replicate)(
-            ctx,
-            c"LEASE.APPLY".as_ptr(),
-            c"scl".as_ptr(),
-            key,
-            c"DELAY".as_ptr(),
-            until_ms as i64,
-        )
-    };
-}
-
-/// `LEASE.APPLY key fence:deadline token`. Callers that have the holder's
-/// token at hand pass it, rather than have a compact stored token rebuilt.
-///
-/// The numbers go as one argument of text made here: the server turns
-/// each argument into an allocation of its own, and a `l` into two.
-pub fn replicate_holder(ctx: Ctx, key: RString, fence: u64, deadline: u64, token: Wire) {
-    let mut buf = [0u8; args::STATE_LEN];
-    let state = args::apply_state(fence, deadline, &mut buf);
-    let apply = c"LEASE.APPLY".as_ptr();
-    let (s, sl) = (state.as_ptr(), state.len());
-    // SAFETY: `ctx`, `key` and an `Arg` token are valid by the handle rule;
-    // each format matches its arguments (`s`: a module string, `b`: a
-    // pointer and a length, live for the call, which copies them).
-    unsafe {
-        match token {
-            Wire::Arg(t) => api!(RedisModule_Replicate)(ctx, apply, c"sbs".as_ptr(), key, s, sl, t),
-            Wire::Bytes(t) => api!(RedisModule_Replicate)(
-                ctx,
-                apply,
-                c"sbb".as_ptr(),
-                key,
-                s,
-                sl,
-                t.as_ptr(),
-                t.len(),
-            ),
-        }
-    };
+    send::<&[u8]>(Sink::Replicate(ctx), key, &Effect::Delay(until_ms));
 }
 
 /// Propagates `token`'s hold: the whole state of a compact lease, the one
 /// hold of an extended one.
 pub fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: Wire) {
     if let Some(holds) = lease.extended() {
-        if let Some(grant) = holds.get(token.bytes()) {
-            replicate_hold(ctx, key, grant, holds.mode(), holds.limit(), token);
+        if let Some(grant) = holds.get(token.as_ref()) {
+            let hold = Effect::Hold {
+                token,
+                grant: Cow::Borrowed(grant),
+                mode: holds.mode(),
+                limit: holds.limit(),
+            };
+            send(Sink::Replicate(ctx), key, &hold);
         }
         return;
     }
     match lease.deadline() {
-        Some(deadline) => replicate_holder(ctx, key, lease.fence(), deadline, token),
+        Some(deadline) => {
+            let whole = Effect::Whole {
+                fence: lease.fence(),
+                holder: Some((deadline, token)),
+            };
+            send(Sink::Replicate(ctx), key, &whole);
+        }
         None => replicate_lease(ctx, key, lease),
-    }
-}
-
-/// `LEASE.APPLY key state token`: one hold of an extended lease, on the
-/// key's terms (`args::hold_state`).
-pub fn replicate_hold(
-    ctx: Ctx,
-    key: RString,
-    grant: &Grant,
-    mode: Mode,
-    limit: Option<u32>,
-    token: Wire,
-) {
-    let state = args::hold_state(grant, mode, limit);
-    let token = OwnedToken::new(ctx, token);
-    // SAFETY: `ctx` and `key` are valid by the handle rule, the token's
-    // string lives to the end of this function; the format `sbs` takes a
-    // module string, a pointer and a length (live for the call, which
-    // copies them) and a module string.
-    unsafe {
-        api!(RedisModule_Replicate)(
-            ctx,
-            c"LEASE.APPLY".as_ptr(),
-            c"sbs".as_ptr(),
-            key,
-            state.as_ptr(),
-            state.len(),
-            token.as_ptr(),
-        )
-    };
-}
-
-/// A token as a module string: the client's own argument where it is one,
-/// else a new string.
-enum OwnedToken {
-    Arg(RString),
-    Made(OwnedString),
-}
-
-impl OwnedToken {
-    fn new(ctx: Ctx, token: Wire) -> Self {
-        match token {
-            Wire::Arg(arg) => OwnedToken::Arg(arg),
-            Wire::Bytes(b) => OwnedToken::Made(OwnedString::new(ctx, b)),
-        }
-    }
-
-    fn as_ptr(&self) -> RString {
-        match self {
-            OwnedToken::Arg(arg) => *arg,
-            OwnedToken::Made(s) => s.as_ptr(),
-        }
     }
 }
 
 /// `LEASE.APPLY key DROP token [token ...]`: these holds of an extended
 /// lease are gone (released or expired); the key stays.
-pub fn replicate_drop<T: AsRef<[u8]>>(ctx: Ctx, key: RString, tokens: &[T]) {
-    replicate_drop_each(ctx, key, tokens.iter().map(AsRef::as_ref));
-}
-
-/// `replicate_drop` of the tokens an iterator gives.
-pub fn replicate_drop_each<'a>(ctx: Ctx, key: RString, tokens: impl Iterator<Item = &'a [u8]>) {
+pub fn replicate_drop<'a>(ctx: Ctx, key: RString, tokens: impl Iterator<Item = &'a [u8]>) {
     let tokens: Vec<&[u8]> = tokens.collect();
-    if tokens.is_empty() {
-        return;
+    if !tokens.is_empty() {
+        send(Sink::Replicate(ctx), key, &Effect::Drop(tokens));
     }
-    let owned: Vec<OwnedString> = tokens.iter().map(|t| OwnedString::new(ctx, t)).collect();
-    let mut argv: Vec<RString> = Vec::with_capacity(owned.len() + 1);
-    argv.push(key);
-    argv.extend(owned.iter().map(OwnedString::as_ptr));
-    // SAFETY: `ctx` is valid by the handle rule; the format `cv` takes the
-    // NUL-terminated string and an array of module strings with its
-    // length, all live for the call (`owned` outlives it).
-    unsafe {
-        api!(RedisModule_Replicate)(
-            ctx,
-            c"LEASE.APPLY".as_ptr(),
-            c"vcv".as_ptr(),
-            argv.as_ptr(),
-            1usize,
-            c"DROP".as_ptr(),
-            argv[1..].as_ptr(),
-            argv.len() - 1,
-        )
-    };
 }
 
 /// A grant took over holds that had expired before the reaper reached

@@ -12,3 +12,4 @@ pub mod sessions;
 pub mod state;
 pub mod types;
 pub mod unlinked;
+pub mod wire;

@@ -23,9 +23,10 @@ use crate::keyspace::removals::{self, Floor};
 use crate::keyspace::sessions;
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::unlinked::{self, Saved};
-use crate::model::args;
+use crate::keyspace::wire::{self, Sink};
+use crate::model::effect;
 use crate::model::encoding::{self, Encoded, Reader, Writer};
-use crate::model::holds::{Hold, Unbound};
+use crate::model::holds::Unbound;
 use crate::model::lease::{Lease, Resource, FENCE_LIMIT};
 use crate::rm::{self, api, Key, ModuleValue};
 
@@ -263,61 +264,8 @@ unsafe extern "C" fn lease_aof_rewrite(
             let Some(lease) = (unsafe { value.cast::<Lease>().as_ref() }) else {
                 return;
             };
-            let (deadline, token) = lease.persisted_holder();
-            let mut buf = [0u8; args::STATE_LEN];
-            let state = args::apply_state(lease.fence(), deadline, &mut buf);
-            // An extended lease: its fence first (as a free compact lease),
-            // then each hold, oldest grant first.
-            let holds = lease.persisted_holds();
-            // SAFETY: Redis passes a valid IO handle and the key's name to
-            // aof_rewrite; the format `sbb` takes a module string and two
-            // pointer-and-length buffers, live for the call.
-            unsafe {
-                api!(RedisModule_EmitAOF)(
-                    aof,
-                    c"LEASE.APPLY".as_ptr(),
-                    c"sbb".as_ptr(),
-                    key,
-                    state.as_ptr(),
-                    state.len(),
-                    token.as_ptr(),
-                    token.len(),
-                )
-            };
-            let Some(whole) = holds else {
-                return;
-            };
-            for Hold { token, grant } in &whole.holds {
-                let state = args::hold_state(grant, whole.mode, whole.limit);
-                // SAFETY: as above; the format `sbb` takes a module string
-                // and two pointer-and-length buffers, live for the call.
-                unsafe {
-                    api!(RedisModule_EmitAOF)(
-                        aof,
-                        c"LEASE.APPLY".as_ptr(),
-                        c"sbb".as_ptr(),
-                        key,
-                        state.as_ptr(),
-                        state.len(),
-                        token.as_ptr(),
-                        token.len(),
-                    )
-                };
-            }
-            if whole.delayed_until != 0 {
-                // SAFETY: as above; the format `scl` takes a module string, a
-                // NUL-terminated string and an i64.
-                unsafe {
-                    api!(RedisModule_EmitAOF)(
-                        aof,
-                        c"LEASE.APPLY".as_ptr(),
-                        c"scl".as_ptr(),
-                        key,
-                        c"DELAY".as_ptr(),
-                        whole.delayed_until as i64,
-                    )
-                };
-            }
+            // Its whole state, as replication writes it (`effect::whole`).
+            effect::whole(lease, |e| wire::send(Sink::Rewrite(aof), key, e));
         },
     )
 }
@@ -345,44 +293,31 @@ unsafe extern "C" fn lease_digest(md: *mut raw::RedisModuleDigest, value: *mut c
     let Some(lease) = (unsafe { value.cast::<Lease>().as_ref() }) else {
         return;
     };
-    // SAFETY: Redis passes a valid digest handle to digest.
-    unsafe { api!(RedisModule_DigestAddLongLong)(md, lease.fence() as i64) };
-    // A holder that cannot be read is digested as none: the digest then
-    // differs from a replica's, which says so.
+    // Its whole state as effects (`effect::whole`), each argument in turn:
+    // two nodes with equal digests would replicate the same lease. A state
+    // that cannot be read is digested as nothing: the digest then differs
+    // from a replica's, which says so.
     rm::guard(
         "lease-key digest",
         || (),
         || {
-            if let Some(h) = lease.holder() {
-                // SAFETY: Redis passes a valid digest handle to digest; the
-                // token's bytes are live for the call, which copies them.
-                unsafe {
-                    api!(RedisModule_DigestAddLongLong)(md, h.deadline_ms as i64);
-                    api!(RedisModule_DigestAddStringBuffer)(
-                        md,
-                        h.token.as_ptr().cast(),
-                        h.token.len(),
-                    );
-                }
-            }
-            if let Some(whole) = lease.persisted_holds() {
-                let add = |bytes: &[u8]| {
-                    // SAFETY: Redis passes a valid digest handle to digest;
-                    // the bytes are live for the call, which copies them.
-                    unsafe {
-                        api!(RedisModule_DigestAddStringBuffer)(
-                            md,
-                            bytes.as_ptr().cast(),
-                            bytes.len(),
-                        )
-                    };
-                };
-                add(whole.delayed_until.to_string().as_bytes());
-                for Hold { token, grant } in &whole.holds {
-                    add(&args::hold_state(grant, whole.mode, whole.limit));
-                    add(token);
-                }
-            }
+            effect::whole(lease, |e| {
+                e.encode(|parts| {
+                    for part in parts {
+                        let bytes = part.bytes();
+                        // SAFETY: Redis passes a valid digest handle to
+                        // digest; the bytes are live for the call, which
+                        // copies them.
+                        unsafe {
+                            api!(RedisModule_DigestAddStringBuffer)(
+                                md,
+                                bytes.as_ptr().cast(),
+                                bytes.len(),
+                            )
+                        };
+                    }
+                })
+            });
         },
     );
     // SAFETY: Redis passes a valid digest handle to digest.

@@ -186,7 +186,10 @@ macro_rules! for_each_server {
 /// The repository root (where the module's Cargo.toml is; this crate is
 /// tests/harness).
 pub fn repo_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the repository root")
 }
 
 fn target_dir() -> PathBuf {
@@ -352,11 +355,12 @@ fn check_fresh(module: &Path) -> Result<(), String> {
     };
     let built = modified(module)?;
     let repo = repo_dir();
-    let mut inputs = vec![repo.join("Cargo.toml")];
+    let mut inputs = vec![repo.join("Cargo.toml"), repo.join("model/Cargo.toml")];
     if repo.join("build.rs").exists() {
         inputs.push(repo.join("build.rs"));
     }
-    let mut dirs = vec![repo.join("src")];
+    // The module's sources and its model crate's.
+    let mut dirs = vec![repo.join("src"), repo.join("model/src")];
     if repo.join("commands").is_dir() {
         dirs.push(repo.join("commands"));
     }
