@@ -803,6 +803,8 @@ fn info_table(fields: &[(String, String)]) -> String {
 // ---------------------------------------------------------------------------
 
 const NOTIFICATIONS_RS: &str = "model/src/notifications.rs";
+/// The one commit path, which sends the notification a change names.
+const COMMIT_RS: &str = "src/keyspace/commit.rs";
 
 /// The notifications of notifications.rs (each `pub const NAME: &CStr = c"..."`
 /// with its doc comment), and the files that send each: every `rm::notify(` call
@@ -864,6 +866,23 @@ fn parse_notifications(
                 "{file}:{line}: a c\"lease.\" literal: name the notification in {NOTIFICATIONS_RS}"
             ));
         }
+        // A change decided in the model names its event (`notify:
+        // Some(notifications::X)`, model/src/change.rs); the commit path sends it.
+        let mut rest = code.as_str();
+        while let Some(pos) = rest.find("Some(notifications::") {
+            let line = code[..code.len() - rest.len() + pos].lines().count();
+            let tail = &rest[pos + "Some(notifications::".len()..];
+            let name: String = tail
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !events.iter().any(|(c, _, _)| *c == name) {
+                return Err(format!("{file}:{line}: a change names notifications::{name}, which {NOTIFICATIONS_RS} does not define"));
+            }
+            let shown = file.strip_prefix("src/").unwrap_or(file).to_string();
+            senders.entry(name).or_default().insert(shown);
+            rest = tail;
+        }
         let mut rest = code.as_str();
         while let Some(pos) = rest.find("rm::notify(") {
             let line = code.len() - rest.len() + pos;
@@ -884,6 +903,11 @@ fn parse_notifications(
             }
             let args: Vec<&str> = rest[args_start..end].split(',').map(str::trim).collect();
             let event = args.get(1).copied().unwrap_or_default();
+            if file == COMMIT_RS && event == "event" {
+                // The commit path sends the event its change names (above).
+                rest = &rest[end..];
+                continue;
+            }
             let name = event
                 .strip_prefix("notifications::")
                 .or_else(|| event.strip_prefix("crate::model::notifications::"))
@@ -1304,7 +1328,7 @@ fn planted_errors_in_notifications_are_rejected() {
     rejected(
         "a notification sent under a literal name",
         plant(
-            "src/commands/renew.rs",
+            "model/src/change.rs",
             "notifications::RENEW",
             "c\"lease.renewed\"",
         ),
@@ -1313,7 +1337,7 @@ fn planted_errors_in_notifications_are_rejected() {
     rejected(
         "a notification the file does not define",
         plant(
-            "src/commands/renew.rs",
+            "model/src/change.rs",
             "notifications::RENEW",
             "notifications::RENEWED",
         ),

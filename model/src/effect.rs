@@ -168,6 +168,40 @@ impl<T> Effect<'_, T> {
     }
 }
 
+/// What replicates one token's hold after a grant or a renewal.
+pub enum Held<'l, T> {
+    /// The one effect: the hold of an extended lease, or a compact
+    /// lease's whole state with this token as its holder.
+    One(Effect<'l, T>),
+    /// The lease's whole state (`whole`): a compact lease without a
+    /// deadline.
+    Whole,
+    /// The token holds nothing on the lease: nothing to replicate.
+    Nothing,
+}
+
+/// The effect that replicates `token`'s hold on `lease`.
+pub fn held<T: AsRef<[u8]>>(lease: &Lease, token: T) -> Held<'_, T> {
+    if let Some(holds) = lease.extended() {
+        return match holds.get(token.as_ref()) {
+            Some(grant) => Held::One(Effect::Hold {
+                token,
+                grant: Cow::Borrowed(grant),
+                mode: holds.mode(),
+                limit: holds.limit(),
+            }),
+            None => Held::Nothing,
+        };
+    }
+    match lease.deadline() {
+        Some(deadline) => Held::One(Effect::Whole {
+            fence: lease.fence(),
+            holder: Some((deadline, token)),
+        }),
+        None => Held::Whole,
+    }
+}
+
 /// A lease's whole state as effects, in the order a fresh key must apply
 /// them: the compact state (for an extended lease, its fence, free), then
 /// each hold, oldest grant first, then its lock-delay. Replicating a whole

@@ -1216,6 +1216,18 @@ impl Lease {
 
     /// Every hold, for persistence: `None` for a compact lease (whose
     /// holder is `persisted_holder`).
+    /// The session bindings of the lease's bound holds: none, and no
+    /// allocation, for a lease without one.
+    pub fn bindings(&self) -> Vec<Binding> {
+        match self.extended().filter(|_| self.bound_holds() > 0) {
+            None => Vec::new(),
+            Some(holds) => holds
+                .iter()
+                .filter_map(|(_, g)| g.session().cloned())
+                .collect(),
+        }
+    }
+
     pub fn persisted_holds(&self) -> Option<Persisted> {
         let holds = self.extended()?;
         let list = holds

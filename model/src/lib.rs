@@ -7,6 +7,7 @@
 //! benches all use it the same way.
 
 pub mod args;
+pub mod change;
 pub mod check;
 pub mod config;
 pub mod effect;

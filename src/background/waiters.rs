@@ -12,10 +12,13 @@ use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
 
-use crate::keyspace::effects::{self, Wire};
+use crate::keyspace::commit::commit;
+use crate::keyspace::effects;
 use crate::keyspace::sessions::{self, Lookup};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types::{self};
+use crate::keyspace::wire::Wire;
+use crate::model::change::{Change, Count, Signal};
 use crate::model::config;
 use crate::model::error;
 use crate::model::holds::{Binding, Mode, Refused, Terms};
@@ -230,45 +233,55 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 &mut state::fences(),
                 &mut Lookup::new(ctx, now),
             );
+            let (outcome, mut change) = match outcome {
+                Ok((acquired, replaced)) => (
+                    Ok((acquired, replaced.count)),
+                    Change::took_over(&replaced, ending),
+                ),
+                Err(refused) => (Err(refused), Change::default()),
+            };
+            change.shared = (shared_before, lease.shared_holds());
             let fence = match outcome {
-                Ok((Acquire::Granted { fence }, replaced)) => {
-                    sessions::replaced(ctx, key_name, &replaced, ending);
-                    if replaced.count > 0 {
-                        effects::expired_before_reaping(ctx, key_name, replaced.count);
-                    }
-                    if let Some((session, session_fence)) = terms.session {
-                        let binding = Binding {
-                            key: session.into(),
-                            fence: session_fence,
-                        };
-                        sessions::bind(waiter.db, &waiter.key, &binding);
-                    }
+                Ok((Acquire::Granted { fence }, expired)) => {
+                    let bound = terms.session.map(|(session, session_fence)| Binding {
+                        key: session.into(),
+                        fence: session_fence,
+                    });
+                    change = change.granted(Count::WaiterGrants, expired, bound);
                     fence
                 }
-                Ok((Acquire::Retried { fence }, _)) => fence,
+                Ok((Acquire::Retried { fence }, _)) => {
+                    change = change.granted(Count::WaiterGrants, 0, None);
+                    fence
+                }
                 // The limit or max-holders reached, or a lock-delay: wait
                 // for it to end.
-                Ok((Acquire::Busy, _)) | Err(Refused::TooManyHolders) => return ERR,
+                Ok((Acquire::Busy, _)) | Err(Refused::TooManyHolders) => {
+                    commit(ctx, key_name, &mut key, None, change);
+                    return ERR;
+                }
                 Err(refused) => {
+                    commit(ctx, key_name, &mut key, None, change);
                     rm::reply_message(ctx, error::refused(refused));
                     return OK;
                 }
             };
-            state::shared_holds_moved(shared_before, lease.shared_holds());
-            let lease = if stored {
-                lease
-            } else {
-                types::store_lease(&mut key, fresh)
-            };
+            if !stored {
+                types::store_lease(&mut key, fresh);
+            }
             state::waiters().remove(waiter.db, &waiter.key, waiter.id);
-            state::bump(&STATS.grants);
-            state::bump(&STATS.waiter_grants);
-            effects::granted(ctx, key_name, lease, Wire::Bytes(&waiter.token));
-            if waiter.mode == Mode::Shared && state::waiters().len(waiter.db, &waiter.key) > 0 {
+            if waiter.mode == Mode::Shared {
                 // A shared grant may leave room for the shared waiter now at
                 // the head: offered at once, before any other command.
-                effects::signal(ctx, key_name);
+                change.signal = Signal::IfWaiting;
             }
+            commit(
+                ctx,
+                key_name,
+                &mut key,
+                Some(Wire::Bytes(&waiter.token)),
+                change,
+            );
             drop(key);
             rm::reply_array(ctx, 2);
             rm::reply_bulk(ctx, &waiter.token);

@@ -4,10 +4,10 @@
 
 use std::os::raw::c_int;
 
-use crate::keyspace::effects::index_lease;
-use crate::keyspace::sessions;
+use crate::keyspace::commit::commit;
 use crate::keyspace::state;
 use crate::keyspace::types;
+use crate::model::change::{bindings, Change};
 use crate::model::effect::Effect;
 use crate::model::error;
 use crate::model::lease::{Holder, Lease};
@@ -62,14 +62,14 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
         }
     };
     let shared_before = lease.shared_holds();
-    let (db, name) = (rm::selected_db(ctx), rm::bytes(key_name));
-    match effect {
+    let (gone, bound) = match effect {
         Effect::Whole { fence, holder } => {
-            sessions::unbind_all(db, name, lease);
+            let gone = lease.bindings();
             lease.apply(
                 holder.map(|(deadline_ms, token)| Holder { token, deadline_ms }),
                 fence,
             );
+            (gone, None)
         }
         Effect::Hold {
             token,
@@ -78,31 +78,37 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
             limit,
         } => {
             let grant = grant.into_owned();
-            let binding = grant.session().cloned();
-            let replaced = lease.apply_hold(&token, grant, mode, limit);
-            sessions::unbind(db, name, &replaced);
-            if let Some(binding) = binding {
-                sessions::bind(db, name, &binding);
-            }
+            let bound = grant.session().cloned();
+            (
+                bindings(&lease.apply_hold(&token, grant, mode, limit)),
+                bound,
+            )
         }
-        Effect::Drop(tokens) => {
-            let gone = lease.apply_drop(tokens.iter().map(|t| &**t));
-            sessions::unbind(db, name, &gone);
+        Effect::Drop(tokens) => (
+            bindings(&lease.apply_drop(tokens.iter().map(|t| &**t))),
+            None,
+        ),
+        Effect::Delay(until) => {
+            lease.apply_delay(until);
+            (Vec::new(), None)
         }
-        Effect::Delay(until) => lease.apply_delay(until),
-    }
-    state::shared_holds_moved(shared_before, lease.shared_holds());
-    let lease = if stored {
-        lease
-    } else {
-        types::store_lease(&mut key, fresh)
     };
-    if origin != Origin::SlotImport {
-        index_lease(ctx, *key_name, lease);
+    let shared = (shared_before, lease.shared_holds());
+    if !stored {
+        types::store_lease(&mut key, fresh);
     }
+    // A slot being imported is indexed when the import ends.
+    let index = origin != Origin::SlotImport;
+    // A replica's own AOF gets the effect only by its verbatim replication
+    // (a module command is never written there for it); replaying the AOF
+    // propagates nothing.
+    commit(
+        ctx,
+        *key_name,
+        &mut key,
+        None,
+        Change::applied(gone, bound, shared, index),
+    );
     drop(key);
-    // A replica's own AOF gets the effect only this way (a module command
-    // is never written there for it); replaying the AOF propagates nothing.
-    rm::replicate_verbatim(ctx);
     rm::reply_simple(ctx, c"OK")
 }

@@ -121,7 +121,7 @@ mod faults {
                 state::index().insert(rm::now_ms().saturating_sub(ago), db, key);
             }
             (Some(b"bound-drop"), Some(key), None) => match first_binding(ctx, key) {
-                Some(binding) => sessions::unbind_one(db, key, &binding),
+                Some(binding) => sessions::unbind_each(db, key, std::slice::from_ref(&binding)),
                 None => return false,
             },
             (Some(b"bound-again"), Some(key), None) => match first_binding(ctx, key) {

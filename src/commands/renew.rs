@@ -2,13 +2,13 @@
 
 use std::os::raw::c_int;
 
-use crate::keyspace::effects::{index_lease, replicate_held, Wire};
+use crate::keyspace::commit::commit;
 use crate::keyspace::sessions::Lookup;
-use crate::keyspace::state::{self, STATS};
+use crate::keyspace::wire::Wire;
 use crate::model::args::{check_token, parse_ttl_or_zero};
+use crate::model::change::{Change, Count};
 use crate::model::error;
 use crate::model::lease::Renew;
-use crate::model::notifications;
 use crate::rm::{self, Ctx, Key, RString};
 
 use super::{command, lease_in, second_argument, writable};
@@ -44,7 +44,13 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
     };
     // No key, an expired lease or another holder's: refused alike.
     let Some(lease) = lease else {
-        state::bump(&STATS.renewals_rejected);
+        commit(
+            ctx,
+            *key_name,
+            &mut key,
+            None,
+            Change::counted(Count::RenewalsRejected),
+        );
         return rm::reply_integer(ctx, 0);
     };
     let mark = lease.index_mark();
@@ -52,18 +58,27 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
     match lease.renew_hold(token, ttl_ms, now, &mut Lookup::new(ctx, now)) {
         Renew::Renewed => {}
         Renew::NotHeld => {
-            state::bump(&STATS.renewals_rejected);
+            commit(
+                ctx,
+                *key_name,
+                &mut key,
+                None,
+                Change::counted(Count::RenewalsRejected),
+            );
             return rm::reply_integer(ctx, 0);
         }
         Renew::ZeroTtlUnbound => return rm::reply_error(ctx, error::TTL),
     }
     // A renewal to a shorter ttl moves the deadline before the lease's
     // index entry, which would reach its expiry (and its waiters) late.
-    if mark.is_some_and(|at| lease.deadline().is_some_and(|d| d < at)) {
-        index_lease(ctx, *key_name, lease);
-    }
-    state::bump(&STATS.renewals);
-    replicate_held(ctx, *key_name, lease, Wire::Arg(*token_arg));
-    rm::notify(ctx, notifications::RENEW, *key_name);
+    let reindex = mark.is_some_and(|at| lease.deadline().is_some_and(|d| d < at));
+    let token = Wire::Arg(*token_arg);
+    commit(
+        ctx,
+        *key_name,
+        &mut key,
+        Some(token),
+        Change::renewed(reindex),
+    );
     rm::reply_integer(ctx, 1)
 }

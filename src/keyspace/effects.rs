@@ -8,32 +8,18 @@
 //! resource fence`), so replicas and AOF replay never consult their own
 //! clock or random source.
 
-use std::borrow::Cow;
 use std::os::raw::c_void;
 
-use crate::keyspace::state::{self, STATS};
+use crate::keyspace::state;
 use crate::keyspace::types;
-pub use crate::keyspace::wire::Wire;
 use crate::keyspace::wire::{send, Sink};
 use crate::model::effect::{self, Effect};
 use crate::model::lease::Lease;
-use crate::model::notifications;
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString};
 
 /// How soon a timer that found writes paused looks again: pauses end at a
 /// time only the server knows, and expiry resumes within this of it.
 pub const PAUSED_RETRY_MS: i64 = 10;
-
-/// Indexes a lease that has no entry yet (see `state::index_lease`).
-///
-/// The index is told where a lease's entry is, not every deadline it gets:
-/// renewals and repeated grants leave the entry where it is, and when the
-/// reaper reaches an entry whose lease has moved on it puts the entry at the
-/// lease's deadline. That keeps every renewal free of index work; the reaper
-/// pays once per entry instead.
-pub fn index_lease(ctx: Ctx, key: RString, lease: &mut Lease) {
-    state::index_lease(rm::selected_db(ctx), rm::bytes(&key), lease);
-}
 
 /// Propagates a lease's whole state (`effect::whole`).
 pub fn replicate_lease(ctx: Ctx, key: RString, lease: &Lease) {
@@ -45,33 +31,6 @@ pub fn replicate_delay(ctx: Ctx, key: RString, until_ms: u64) {
     send::<&[u8]>(Sink::Replicate(ctx), key, &Effect::Delay(until_ms));
 }
 
-/// Propagates `token`'s hold: the whole state of a compact lease, the one
-/// hold of an extended one.
-pub fn replicate_held(ctx: Ctx, key: RString, lease: &Lease, token: Wire) {
-    if let Some(holds) = lease.extended() {
-        if let Some(grant) = holds.get(token.as_ref()) {
-            let hold = Effect::Hold {
-                token,
-                grant: Cow::Borrowed(grant),
-                mode: holds.mode(),
-                limit: holds.limit(),
-            };
-            send(Sink::Replicate(ctx), key, &hold);
-        }
-        return;
-    }
-    match lease.deadline() {
-        Some(deadline) => {
-            let whole = Effect::Whole {
-                fence: lease.fence(),
-                holder: Some((deadline, token)),
-            };
-            send(Sink::Replicate(ctx), key, &whole);
-        }
-        None => replicate_lease(ctx, key, lease),
-    }
-}
-
 /// `LEASE.APPLY key DROP token [token ...]`: these holds of an extended
 /// lease are gone (released or expired); the key stays.
 pub fn replicate_drop<'a>(ctx: Ctx, key: RString, tokens: impl Iterator<Item = &'a [u8]>) {
@@ -79,21 +38,6 @@ pub fn replicate_drop<'a>(ctx: Ctx, key: RString, tokens: impl Iterator<Item = &
     if !tokens.is_empty() {
         send(Sink::Replicate(ctx), key, &Effect::Drop(tokens));
     }
-}
-
-/// A grant took over holds that had expired before the reaper reached
-/// them: the expiry is announced and counted here, as the reaper would have.
-pub fn expired_before_reaping(ctx: Ctx, key: RString, holds: usize) {
-    state::add(&STATS.expired, holds as u64);
-    rm::notify(ctx, notifications::EXPIRE, key);
-}
-
-/// The effects of a grant (new or repeated) to `token` on an open lease:
-/// index (for a lease without an entry), replication, notification.
-pub fn granted(ctx: Ctx, key: RString, lease: &mut Lease, token: Wire) {
-    index_lease(ctx, key, lease);
-    replicate_held(ctx, key, lease, token);
-    rm::notify(ctx, notifications::ACQUIRE, key);
 }
 
 /// Propagates a resource record's highest fence as `LEASE.FENCE`.

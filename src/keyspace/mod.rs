@@ -6,6 +6,7 @@
 //! `LEASE.DEBUG CHECK` reads of all this (`audit.rs`).
 
 pub mod audit;
+pub mod commit;
 pub mod effects;
 pub mod removals;
 pub mod sessions;

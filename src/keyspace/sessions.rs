@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::keyspace::state::{self, STATS};
 use crate::model::error::{self, Message};
 use crate::model::holds::{Binding, Hold, SessionState, Sessions};
-use crate::model::lease::{Lease, NotSession, Replaced};
+use crate::model::lease::{Lease, NotSession};
 use crate::model::sessions::BoundIndex;
 use crate::rm::{self, Ctx, Key, OwnedString, RString, Slot};
 
@@ -86,10 +86,13 @@ pub fn unbind<'a>(db: i32, key: &[u8], holds: impl IntoIterator<Item = &'a Hold>
     note_count(&index);
 }
 
-/// One bound hold on `key` is gone.
-pub fn unbind_one(db: i32, key: &[u8], binding: &Binding) {
+/// The bound holds of these bindings on `key` are gone.
+pub fn unbind_each(db: i32, key: &[u8], bindings: &[Binding]) {
+    if bindings.is_empty() {
+        return;
+    }
     let mut index = state::bound();
-    index.unbind(db, key, binding);
+    bindings.iter().for_each(|b| index.unbind(db, key, b));
     note_count(&index);
 }
 
@@ -284,36 +287,4 @@ pub fn resolve(
             NotSession::Shared => Message::Fixed(error::SESSION_SHARED),
             NotSession::Bound => Message::Fixed(error::SESSION_BOUND),
         })
-}
-
-/// A grant replaced holds that were not live: they leave the session
-/// index; if the key's own grant was a session (`ending`, read before the
-/// grant), that session ended at its deadline; a lock-delay they carried
-/// has run its course and is counted.
-pub fn replaced(ctx: Ctx, key: RString, replaced: &Replaced, ending: Option<(u64, u64)>) {
-    if replaced.count == 0 {
-        return;
-    }
-    let db = rm::selected_db(ctx);
-    let name = rm::bytes(&key);
-    if any_bound() {
-        unbind(db, name, replaced.holds.iter().map(|(h, _)| h));
-        if let Some((fence, deadline)) = ending {
-            ended(ctx, db, name, fence, deadline);
-        }
-    }
-    let delays = replaced
-        .holds
-        .iter()
-        .filter(|(h, _)| h.grant.delay_ms() > 0)
-        .count();
-    state::add(&STATS.delays, delays as u64);
-    // Bound holds whose session ended before their own deadline: freed by
-    // the session's end, whoever took their place first.
-    let by_session = replaced
-        .holds
-        .iter()
-        .filter(|(h, at)| h.grant.session().is_some() && *at < h.grant.deadline_ms)
-        .count();
-    count_session_expiries(by_session);
 }

@@ -1,0 +1,408 @@
+//! What one operation did to one lease key, as a value. The model decides
+//! it here; `keyspace::commit` carries it out, and is the only code that
+//! does: it replicates, moves the deadline and bound-hold indexes, the
+//! counters and the gauge, notifies, and wakes waiters, always in the same
+//! order. A command is then: parse, open, model, commit, reply.
+//!
+//! Nothing here allocates for the common case: a grant, a renewal or a
+//! release of a hold with no session builds a `Change` on the stack.
+
+use std::ffi::CStr;
+
+use crate::holds::{Binding, Grant, Hold};
+use crate::lease::Replaced;
+use crate::notifications;
+
+/// How replicas and the AOF learn of a change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Replicate {
+    #[default]
+    Nothing,
+    /// The client's command itself, which means exactly this change where
+    /// it is replayed (a `RELEASE` whose key goes, or whose other holds
+    /// stay): cheaper than building an effect.
+    Verbatim,
+    /// The operation's token's hold (`effect::held`).
+    Held,
+    /// The key's whole state (`effect::whole`).
+    Whole,
+    /// The operation's token's hold is gone; the key stays.
+    DropToken,
+}
+
+/// A counter of `INFO lease` that a change moves by one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    Grants,
+    WaiterGrants,
+    Retries,
+    Contended,
+    Renewals,
+    RenewalsRejected,
+    Releases,
+    ReleasesRejected,
+}
+
+/// The key's entry in the deadline index (kept on a primary only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Index {
+    #[default]
+    Keep,
+    /// A held lease without an entry gets one at its deadline.
+    Ensure,
+    /// The lease's entry, at this deadline, goes: the key is free or gone.
+    Remove(u64),
+}
+
+/// Whether the key's waiters are offered the lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Signal {
+    #[default]
+    Never,
+    /// Offered if any wait.
+    IfWaiting,
+}
+
+/// What becomes of the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fate {
+    #[default]
+    Stays,
+    /// Deleted: no hold, no delay, nobody waiting.
+    Deleted,
+}
+
+/// One change to one lease key. `Default` is "nothing happened".
+#[derive(Debug, Default)]
+pub struct Change {
+    pub replicate: Replicate,
+    pub count: Option<Count>,
+    /// Holds a grant took over that had expired before the reaper reached
+    /// them: counted and announced as expired, before `notify`.
+    pub expired: usize,
+    /// Lock-delays counted: those of holds taken over (run their course),
+    /// or one the change started.
+    pub delays: usize,
+    /// Bound holds among them freed by their session's end.
+    pub session_expiries: usize,
+    pub notify: Option<&'static CStr>,
+    /// The shared holds on the key before and after: the gauge moves by the
+    /// difference.
+    pub shared: (usize, usize),
+    /// Bindings gone with holds that ended.
+    pub unbound: Vec<Binding>,
+    /// A binding the change added.
+    pub bound: Option<Binding>,
+    /// A session granted on this key that ended: its fence, and when.
+    pub session_ended: Option<(u64, u64)>,
+    pub index: Index,
+    pub signal: Signal,
+    pub fate: Fate,
+}
+
+impl Change {
+    /// What an acquire's look at the key did before it granted or
+    /// refused: `replaced` holds (not live) left it, and if the key's own
+    /// grant was a session (`ending`: its fence and deadline, read before),
+    /// that session ended at its deadline.
+    pub fn took_over(replaced: &Replaced, ending: Option<(u64, u64)>) -> Change {
+        let mut change = Change::default();
+        if replaced.count == 0 {
+            return change;
+        }
+        change.session_ended = ending;
+        for (hold, at) in &replaced.holds {
+            change.delays += usize::from(hold.grant.delay_ms() > 0);
+            if let Some(binding) = hold.grant.session() {
+                change.session_expiries += usize::from(*at < hold.grant.deadline_ms);
+                change.unbound.push(binding.clone());
+            }
+        }
+        change
+    }
+
+    /// A grant (new or repeated) to the operation's token: indexed,
+    /// replicated as that token's hold, announced; `expired` holds it took
+    /// over before the reaper reached them are announced first; the new
+    /// hold binds to `bound`.
+    pub fn granted(self, count: Count, expired: usize, bound: Option<Binding>) -> Change {
+        Change {
+            replicate: Replicate::Held,
+            count: Some(count),
+            expired,
+            notify: Some(notifications::ACQUIRE),
+            bound,
+            index: Index::Ensure,
+            ..self
+        }
+    }
+
+    /// A refusal or a busy key: counted, nothing else.
+    pub fn counted(count: Count) -> Change {
+        Change {
+            count: Some(count),
+            ..Change::default()
+        }
+    }
+
+    /// A renewal of the operation's token's hold; `reindex` when the new
+    /// deadline falls before the key's index entry.
+    pub fn renewed(reindex: bool) -> Change {
+        Change {
+            replicate: Replicate::Held,
+            count: Some(Count::Renewals),
+            notify: Some(notifications::RENEW),
+            index: if reindex { Index::Ensure } else { Index::Keep },
+            ..Change::default()
+        }
+    }
+
+    /// A client's release of `released`, decided here:
+    /// - other holds stay: the call itself is the effect, waiters are
+    ///   offered what may now fit;
+    /// - the key is empty and nobody waits: it goes, and the call itself is
+    ///   its deletion where replayed;
+    /// - the key is empty and clients wait: it stays, free, for the head of
+    ///   the queue; replicated as the hold dropped (an extended key keeps
+    ///   its terms) or the whole free state.
+    ///
+    /// The released hold's binding goes, and if it was a session its bound
+    /// holds are free from `now`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn released(
+        released: &Grant,
+        now: u64,
+        holds_stay: bool,
+        waiting: bool,
+        extended: bool,
+        mark: Option<u64>,
+        shared: (usize, usize),
+    ) -> Change {
+        let mut change = Change {
+            count: Some(Count::Releases),
+            notify: Some(notifications::RELEASE),
+            shared,
+            unbound: released.session().cloned().into_iter().collect(),
+            session_ended: Some((released.fence, now)),
+            ..Change::default()
+        };
+        if holds_stay {
+            change.replicate = Replicate::Verbatim;
+            change.signal = Signal::IfWaiting;
+            return change;
+        }
+        change.index = mark.map_or(Index::Keep, Index::Remove);
+        if waiting {
+            change.replicate = match extended {
+                true => Replicate::DropToken,
+                false => Replicate::Whole,
+            };
+            change.signal = Signal::IfWaiting;
+        } else {
+            change.replicate = Replicate::Verbatim;
+            change.fate = Fate::Deleted;
+        }
+        change
+    }
+
+    /// A release replayed from a master or the AOF: the `gone` holds went
+    /// where it was decided; the key goes too unless `holds_stay`.
+    pub fn release_replayed(gone: &[Hold], holds_stay: bool, shared: (usize, usize)) -> Change {
+        Change {
+            replicate: Replicate::Verbatim,
+            notify: Some(notifications::RELEASE),
+            shared,
+            unbound: bindings(gone),
+            fate: if holds_stay {
+                Fate::Stays
+            } else {
+                Fate::Deleted
+            },
+            ..Change::default()
+        }
+    }
+
+    /// A master's or the AOF's `LEASE.APPLY`: the bindings of the holds it
+    /// replaced or dropped leave the session index, a hold it set may join it; passed
+    /// on as is (a replica's own AOF and its sub-replicas).
+    pub fn applied(
+        unbound: Vec<Binding>,
+        bound: Option<Binding>,
+        shared: (usize, usize),
+        index: bool,
+    ) -> Change {
+        Change {
+            replicate: Replicate::Verbatim,
+            shared,
+            unbound,
+            bound,
+            index: if index { Index::Ensure } else { Index::Keep },
+            ..Change::default()
+        }
+    }
+}
+
+/// The bindings of the bound holds among `holds`.
+pub fn bindings(holds: &[Hold]) -> Vec<Binding> {
+    holds
+        .iter()
+        .filter_map(|h| h.grant.session().cloned())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::holds::Grant;
+
+    fn grant(fence: u64, session: Option<&[u8]>) -> Grant {
+        let binding = session.map(|k| Binding {
+            key: k.into(),
+            fence: 99,
+        });
+        Grant::with(fence, 5_000, None, binding, 0)
+    }
+
+    #[test]
+    fn a_release_that_leaves_other_holds_is_the_command_itself() {
+        let c = Change::released(&grant(3, None), 100, true, false, true, Some(5_000), (2, 1));
+        assert_eq!(c.replicate, Replicate::Verbatim);
+        assert_eq!(c.fate, Fate::Stays);
+        assert_eq!(c.index, Index::Keep, "the other holds keep the entry");
+        assert_eq!(
+            c.signal,
+            Signal::IfWaiting,
+            "a freed place may fit a waiter"
+        );
+        assert_eq!(c.shared, (2, 1));
+        assert_eq!(c.notify, Some(notifications::RELEASE));
+    }
+
+    #[test]
+    fn a_release_of_the_last_hold_deletes_the_key_unless_clients_wait() {
+        let alone = Change::released(
+            &grant(3, None),
+            100,
+            false,
+            false,
+            false,
+            Some(5_000),
+            (0, 0),
+        );
+        assert_eq!(alone.fate, Fate::Deleted);
+        assert_eq!(alone.replicate, Replicate::Verbatim);
+        assert_eq!(alone.index, Index::Remove(5_000));
+        assert_eq!(alone.signal, Signal::Never);
+
+        let compact = Change::released(
+            &grant(3, None),
+            100,
+            false,
+            true,
+            false,
+            Some(5_000),
+            (0, 0),
+        );
+        assert_eq!(
+            compact.fate,
+            Fate::Stays,
+            "kept, free, for the head of the queue"
+        );
+        assert_eq!(compact.replicate, Replicate::Whole);
+        assert_eq!(compact.signal, Signal::IfWaiting);
+
+        let extended = Change::released(&grant(3, None), 100, false, true, true, None, (1, 0));
+        assert_eq!(
+            extended.replicate,
+            Replicate::DropToken,
+            "its terms stay with the key"
+        );
+        assert_eq!(extended.index, Index::Keep, "no entry to remove");
+    }
+
+    #[test]
+    fn a_released_session_ends_and_a_bound_hold_unbinds() {
+        let bound = Change::released(
+            &grant(7, Some(b"s")),
+            100,
+            false,
+            false,
+            false,
+            None,
+            (0, 0),
+        );
+        assert_eq!(bound.unbound.len(), 1);
+        assert_eq!(&*bound.unbound[0].key, b"s");
+        assert_eq!(bound.session_ended, Some((7, 100)));
+        let plain = Change::released(&grant(7, None), 100, false, false, false, None, (0, 0));
+        assert!(plain.unbound.is_empty());
+    }
+
+    #[test]
+    fn holds_taken_over_are_counted_by_kind() {
+        let mut with_delay = grant(1, None);
+        with_delay = Grant::with(with_delay.fence, 1_000, None, None, 500);
+        let replaced = Replaced {
+            count: 3,
+            holds: vec![
+                (
+                    Hold {
+                        token: b"a"[..].into(),
+                        grant: with_delay,
+                    },
+                    1_000,
+                ),
+                // Freed by its session's end, before its own deadline.
+                (
+                    Hold {
+                        token: b"b"[..].into(),
+                        grant: grant(2, Some(b"s")),
+                    },
+                    4_000,
+                ),
+                // Bound, but past its own deadline.
+                (
+                    Hold {
+                        token: b"c"[..].into(),
+                        grant: grant(3, Some(b"s")),
+                    },
+                    6_000,
+                ),
+            ],
+        };
+        let c = Change::took_over(&replaced, Some((9, 2_000))).granted(Count::Grants, 3, None);
+        assert_eq!(c.delays, 1);
+        assert_eq!(c.session_expiries, 1);
+        assert_eq!(c.unbound.len(), 2);
+        assert_eq!(c.session_ended, Some((9, 2_000)));
+        assert_eq!(c.expired, 3);
+        assert_eq!(c.replicate, Replicate::Held);
+        assert_eq!(c.index, Index::Ensure);
+        // Nothing taken over: the key's session did not end here.
+        let none = Replaced {
+            count: 0,
+            holds: Vec::new(),
+        };
+        assert_eq!(
+            Change::took_over(&none, Some((9, 2_000))).session_ended,
+            None
+        );
+    }
+
+    #[test]
+    fn a_replayed_release_deletes_or_keeps_as_decided_on_the_master() {
+        let gone = [Hold {
+            token: b"a"[..].into(),
+            grant: grant(2, Some(b"s")),
+        }];
+        let stays = Change::release_replayed(&gone, true, (2, 1));
+        assert_eq!(
+            (stays.fate, stays.replicate),
+            (Fate::Stays, Replicate::Verbatim)
+        );
+        assert_eq!(stays.unbound.len(), 1);
+        let goes = Change::release_replayed(&gone, false, (1, 0));
+        assert_eq!(goes.fate, Fate::Deleted);
+        assert_eq!(goes.count, None, "counted where it was decided");
+    }
+}
