@@ -7,6 +7,7 @@ use redis::{Arg, Cmd, FromRedisValue};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{stale_fence, Error, Result};
+use crate::fenced::{is_demoted, retry_delay, Unanswered};
 use crate::leases::Shared;
 
 /// Where a lease stands, as this client knows it.
@@ -434,9 +435,20 @@ impl Lease {
 
     /// Runs `command` on the server only if this lease's fence is still the newest the
     /// `resource` has seen: `LEASE.FENCE resource fence command...`, in one atomic step.
-    /// A newer fence accepted there is `Err(StaleFence)`, and the lease counts as lost
-    /// (the loss signal fires; a scoped form returns `LeaseLost`). A lease known lost or
-    /// released sends nothing: `Err(LeaseLost)`.
+    ///
+    /// - A newer fence accepted there is `Err(StaleFence)` (refused: nothing ran), and
+    ///   the lease counts as lost (the loss signal fires; a scoped form returns
+    ///   `LeaseLost`).
+    /// - A lease known lost or released sends nothing: `Err(LeaseLost)`.
+    /// - The write is sent **once**, on a connection kept for fenced writes (no
+    ///   client-side retry, no reconnect that resends), and its reply is awaited **no
+    ///   longer than the lease's time left** ([`Lease::remaining`]). No reply by then, or
+    ///   the connection failing after it was sent, is `Err(WriteIndeterminate)`: it may
+    ///   have run (a stalled server runs it when it wakes), or not. The lease is then
+    ///   suspended (the watchdog tries a renewal at once) and lost when its deadline
+    ///   passes: a write that waited until the deadline returns with the lease lost.
+    /// - `READONLY` (the server is a replica now) did not run: `Err(Redis)`, the lease
+    ///   suspended until a renewal reaches the master.
     ///
     /// In a cluster `resource` and the command's keys must share a slot (hash tags).
     ///
@@ -448,6 +460,20 @@ impl Lease {
     /// # Ok(()) }
     /// ```
     pub async fn fence_call<T: FromRedisValue>(&self, resource: &str, command: &Cmd) -> Result<T> {
+        self.fence_call_retrying(resource, command, 0).await
+    }
+
+    /// [`Lease::fence_call`], sent again up to `retries` more times when it went
+    /// unanswered: each after a tenth of the ttl (5 to 250 ms), on a new connection, and
+    /// only while the lease is held or suspended, before its deadline. For a command that
+    /// is safe to run twice (`SET` of a value, not `INCR` or `RPUSH`): an attempt that
+    /// went unanswered may have run. `WriteIndeterminate { attempts }` counts the sends.
+    pub async fn fence_call_retrying<T: FromRedisValue>(
+        &self,
+        resource: &str,
+        command: &Cmd,
+        retries: u32,
+    ) -> Result<T> {
         self.check()?;
         let core = self.core();
         let mut cmd = redis::cmd("LEASE.FENCE");
@@ -457,16 +483,75 @@ impl Lease {
                 cmd.arg(bytes);
             }
         }
-        let mut conn = self.handle.shared.conn.clone();
-        match cmd.query_async(&mut conn).await {
-            Ok(reply) => Ok(reply),
-            Err(e) => match stale_fence(&e, resource) {
-                Some(stale) => {
-                    core.mark_lost();
-                    Err(stale)
+        let shared = &self.handle.shared;
+        let mut attempts = 0u32;
+        let mut retries = retries;
+        loop {
+            if !self.state().is_live() {
+                return Err(if attempts > 0 {
+                    self.indeterminate(resource, attempts)
+                } else {
+                    self.lost_error()
+                });
+            }
+            let failure = match shared.send_fenced(&cmd, self.remaining()).await {
+                Ok(Ok(reply)) => {
+                    return T::from_redis_value(reply).map_err(|e| Error::Redis(e.into()))
                 }
-                None => Err(Error::Redis(e)),
-            },
+                Ok(Err(e)) => {
+                    if let Some(stale) = stale_fence(&e, resource) {
+                        core.mark_lost();
+                        return Err(stale);
+                    }
+                    if is_demoted(&e) {
+                        self.write_failed();
+                    }
+                    return Err(Error::Redis(e));
+                }
+                Err(failure) => failure,
+            };
+            self.write_failed();
+            let error = match failure {
+                Unanswered::Sent(e) => {
+                    attempts += 1;
+                    e
+                }
+                Unanswered::NotSent(e) => e,
+            };
+            if retries == 0 {
+                if attempts > 0 {
+                    return Err(self.indeterminate(resource, attempts));
+                }
+                return Err(if self.state().is_live() {
+                    Error::Redis(error)
+                } else {
+                    self.lost_error()
+                });
+            }
+            retries -= 1;
+            let pause = retry_delay(core.ttl);
+            tokio::time::sleep(self.remaining().map_or(pause, |left| pause.min(left))).await;
+        }
+    }
+
+    /// A fenced write went unanswered: suspended until the watchdog confirms a renewal,
+    /// which it tries at once (the session's, for a hold that has no deadline of its
+    /// own).
+    fn write_failed(&self) {
+        let core = self.core();
+        let target = match &core.session {
+            Some(session) if !core.renewable() => session,
+            _ => &self.handle.core,
+        };
+        target.suspend(Instant::now());
+        self.handle.shared.wake.notify_one();
+    }
+
+    fn indeterminate(&self, resource: &str, attempts: u32) -> Error {
+        Error::WriteIndeterminate {
+            resource: resource.to_string(),
+            fence: self.fence(),
+            attempts,
         }
     }
 

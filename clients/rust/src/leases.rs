@@ -15,7 +15,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::connection::{key_slot, Conn, Connect, Connection};
 use crate::error::{Error, Result};
+use crate::fenced::{FenceConn, Unanswered};
 use crate::lease::{ttl_ms, Caps, Core, Lease, Session};
+use crate::sentinel::SentinelConnection;
 use crate::watchdog;
 
 /// How long a release sent in the background (a dropped lease, `close()`) may take.
@@ -47,6 +49,7 @@ pub(crate) struct Shared {
     tasks: TaskTracker,
     runtime: OnceLock<Runtime>,
     pub(crate) stats: Arc<Stats>,
+    fenced: FenceConn,
 }
 
 #[derive(Default)]
@@ -119,6 +122,18 @@ impl Shared {
         }
     }
 
+    /// One fenced write, sent once (see [`Lease::fence_call`]).
+    pub(crate) async fn send_fenced(
+        &self,
+        cmd: &redis::Cmd,
+        within: Option<Duration>,
+    ) -> std::result::Result<RedisResult<redis::Value>, Unanswered> {
+        let connect = self.blocking.get().map(|c| &**c);
+        self.fenced
+            .send_once(connect, &self.conn, cmd, within)
+            .await
+    }
+
     /// `LEASE.RELEASE key token` in a task of its own, never waited for here.
     pub(crate) fn release_in_background(&self, key: String, token: String) {
         let Some(runtime) = self.runtime.get() else {
@@ -154,6 +169,7 @@ impl Leases {
                 tasks: TaskTracker::new(),
                 runtime: OnceLock::new(),
                 stats: Arc::new(Stats::default()),
+                fenced: FenceConn::default(),
             }),
         }
     }
@@ -180,6 +196,14 @@ impl Leases {
     pub async fn connect_cluster(client: ClusterClient) -> RedisResult<Leases> {
         let conn = client.get_async_connection().await?;
         Ok(Leases::new(conn).blocking_client(client))
+    }
+
+    /// Leases on the master a set of Sentinels name ([`SentinelConnection`]), which the
+    /// watchdog asks again before every renewal round: the renewals follow a failover.
+    /// Blocking acquires and fenced writes open their connections to the master named
+    /// last.
+    pub fn connect_sentinel(conn: SentinelConnection) -> Leases {
+        Leases::new(conn.clone()).blocking_client(conn)
     }
 
     /// Starts an acquire of `key` for `ttl` (whole milliseconds; zero only with

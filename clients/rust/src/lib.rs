@@ -36,12 +36,15 @@
 
 mod connection;
 mod error;
+mod fenced;
 mod lease;
 mod leases;
+mod sentinel;
 mod watchdog;
 
 pub use connection::{Connect, Connection};
 pub use error::{Error, Result};
 pub use lease::{Lease, Session, State};
 pub use leases::{Acquire, Leases, SessionBuilder, WatchdogStats};
+pub use sentinel::SentinelConnection;
 pub use tokio_util::sync::CancellationToken;

@@ -141,11 +141,12 @@ async fn round(conn: Conn, due: Vec<Arc<Core>>, stats: Arc<Stats>) {
                     .arg(&core.token)
                     .arg(ttl_ms(core.ttl));
             }
+            // Before asking where the master is: the deadline counts from here at the latest.
             let sent = Instant::now();
-            let replies = tokio::time::timeout(
-                timeout,
-                pipe.query_async::<Vec<RedisResult<i64>>>(&mut conn),
-            )
+            let replies = tokio::time::timeout(timeout, async {
+                conn.locate(timeout).await;
+                pipe.query_async::<Vec<RedisResult<i64>>>(&mut conn).await
+            })
             .await;
             match replies {
                 Ok(Ok(replies)) if replies.len() == group.len() => {
