@@ -51,6 +51,15 @@ pub enum Error {
         /// How many times it was sent (1 unless retries were asked for).
         attempts: u32,
     },
+    /// The key was granted but not confirmed ([`Confirm`](crate::Confirm)): fewer
+    /// replicas (or AOF fsyncs) than asked for acknowledged the grant in time. The
+    /// grant was released.
+    NotConfirmed {
+        /// The lease key.
+        key: String,
+        /// What the server reported.
+        confirmed: crate::Confirmed,
+    },
     /// [`Leases::close`](crate::Leases::close) has run: no more acquires.
     Closed,
     /// A blocking acquire (`block`) on a [`Leases`](crate::Leases) that cannot open a
@@ -92,6 +101,15 @@ impl fmt::Display for Error {
                 f,
                 "fenced write to {resource:?} (fence {fence}) got no reply in time after \
                  {attempts} attempt(s): it may or may not have run"
+            ),
+            Error::NotConfirmed { key, confirmed } => write!(
+                f,
+                "lease {key:?} granted but not confirmed ({} replicas{})",
+                confirmed.replicas,
+                match confirmed.local {
+                    Some(local) => format!(", {local} local fsync"),
+                    None => String::new(),
+                }
             ),
             Error::Closed => f.write_str("leases closed"),
             Error::NoBlockingConnection => f.write_str(

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use redis::{Arg, Cmd, FromRedisValue};
 use tokio_util::sync::CancellationToken;
 
+use crate::confirm::{self, Confirm, Confirmed};
 use crate::error::{stale_fence, Error, Result};
 use crate::fenced::{is_demoted, retry_delay, Unanswered};
 use crate::leases::Shared;
@@ -77,6 +78,8 @@ pub(crate) struct Sched {
     /// A `LEASE.RELEASE` of the holder's is on its way: a renewal answered `0` meanwhile
     /// is that release's doing, not a loss, and nothing more is renewed.
     pub(crate) releasing: bool,
+    /// What the server reported for the last confirmed grant or renewal.
+    pub(crate) confirmed: Option<Confirmed>,
 }
 
 pub(crate) struct Core {
@@ -90,6 +93,8 @@ pub(crate) struct Core {
     pub(crate) caps: Caps,
     /// The session this hold is bound to.
     pub(crate) session: Option<Arc<Core>>,
+    /// How many copies each renewal must reach.
+    pub(crate) confirm: Option<Confirm>,
     /// Fires when the lease is lost. A bound hold's is a child of its session's `ends`.
     lost: CancellationToken,
     /// Fires when the lease is lost or released: the end of every hold bound to it, if it
@@ -109,6 +114,7 @@ impl Core {
         sent: Instant,
         caps: Caps,
         session: Option<Arc<Core>>,
+        confirm: Option<Confirm>,
     ) -> Core {
         let lost = match &session {
             Some(s) => s.ends.child_token(),
@@ -124,6 +130,7 @@ impl Core {
             acquired_at: sent,
             caps,
             session,
+            confirm,
             lost,
             ends,
             sched: Mutex::new(Sched {
@@ -133,6 +140,7 @@ impl Core {
                 in_flight: false,
                 renewals: 0,
                 releasing: false,
+                confirmed: None,
             }),
         }
     }
@@ -242,6 +250,10 @@ impl Core {
             sched.renewals += 1;
             sched.next_renew = sent + period(self.ttl);
         }
+    }
+
+    pub(crate) fn set_confirmed(&self, confirmed: Option<Confirmed>) {
+        self.sched().confirmed = confirmed;
     }
 
     /// A renewal went unanswered: suspended until the deadline, retried at `retry_at`.
@@ -355,6 +367,12 @@ impl Lease {
             .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
+    /// How many copies the server reported for the last grant or renewal, when the lease
+    /// is confirmed ([`Confirm`]); None otherwise.
+    pub fn confirmed(&self) -> Option<Confirmed> {
+        self.core().sched().confirmed
+    }
+
     /// Renewals the watchdog has had confirmed.
     pub fn renewals(&self) -> u64 {
         self.core().sched().renewals
@@ -381,18 +399,29 @@ impl Lease {
         let core = self.core();
         let mut conn = self.handle.shared.conn.clone();
         let sent = Instant::now();
-        let renewed: i64 = redis::cmd("LEASE.RENEW")
-            .arg(&core.key)
-            .arg(&core.token)
-            .arg(ttl_ms(core.ttl))
-            .query_async(&mut conn)
-            .await?;
-        if renewed == 1 {
-            core.confirm(sent, false);
-            self.check()
-        } else {
+        let renew = renew_cmd(&core.key, &core.token, core.ttl);
+        let cap = Some(period(core.ttl) / 2);
+        let (renewed, confirmed): (i64, _) =
+            confirm::query(&mut conn, &renew, core.confirm.as_ref(), cap).await?;
+        if renewed != 1 {
             core.renewal_refused();
-            Err(self.lost_error())
+            return Err(self.lost_error());
+        }
+        match (&core.confirm, confirmed) {
+            (Some(confirm), Some(Ok(confirmed))) if !confirm.met(&confirmed) => {
+                // Renewed on the primary only: as good as lost there on a failover.
+                core.mark_lost();
+                self.handle
+                    .shared
+                    .release_in_background(core.key.clone(), core.token.clone());
+                Err(self.lost_error())
+            }
+            (Some(_), Some(Err(e))) => Err(Error::Redis(e)),
+            (_, confirmed) => {
+                core.confirm(sent, false);
+                core.set_confirmed(confirmed.and_then(|c| c.ok()));
+                self.check()
+            }
         }
     }
 
@@ -620,6 +649,13 @@ impl Deref for Session {
 /// so that an absurdly short ttl does not spin the watchdog).
 pub(crate) fn period(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(1))
+}
+
+/// `LEASE.RENEW key token ttl`.
+pub(crate) fn renew_cmd(key: &str, token: &str, ttl: Duration) -> Cmd {
+    let mut cmd = redis::cmd("LEASE.RENEW");
+    cmd.arg(key).arg(token).arg(ttl_ms(ttl));
+    cmd
 }
 
 /// A duration as the module's milliseconds.

@@ -13,10 +13,11 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::confirm::{self, Confirm, Confirmed};
 use crate::connection::{key_slot, Conn, Connect, Connection};
 use crate::error::{Error, Result};
 use crate::fenced::{FenceConn, Unanswered};
-use crate::lease::{ttl_ms, Caps, Core, Lease, Session};
+use crate::lease::{period, renew_cmd, ttl_ms, Caps, Core, Lease, Session};
 use crate::sentinel::SentinelConnection;
 use crate::watchdog;
 
@@ -50,6 +51,7 @@ pub(crate) struct Shared {
     runtime: OnceLock<Runtime>,
     pub(crate) stats: Arc<Stats>,
     fenced: FenceConn,
+    confirm: OnceLock<Confirm>,
 }
 
 #[derive(Default)]
@@ -170,6 +172,7 @@ impl Leases {
                 runtime: OnceLock::new(),
                 stats: Arc::new(Stats::default()),
                 fenced: FenceConn::default(),
+                confirm: OnceLock::new(),
             }),
         }
     }
@@ -180,6 +183,14 @@ impl Leases {
     /// second call is ignored.
     pub fn blocking_client(self, client: impl Connect) -> Leases {
         let _ = self.shared.blocking.set(Box::new(client));
+        self
+    }
+
+    /// Confirm every grant and renewal of this client ([`Confirm`]: `WAIT` or `WAITAOF`
+    /// in the same pipeline), unless an acquire says otherwise ([`Acquire::confirm`]).
+    /// Set once; a second call is ignored.
+    pub fn confirm(self, confirm: Confirm) -> Leases {
+        let _ = self.shared.confirm.set(confirm);
         self
     }
 
@@ -222,6 +233,7 @@ impl Leases {
             owner: None,
             delay: None,
             caps: Caps::default(),
+            confirm: None,
         }
     }
 
@@ -362,9 +374,17 @@ pub struct Acquire<'a> {
     owner: Option<String>,
     delay: Option<Duration>,
     caps: Caps,
+    confirm: Option<Confirm>,
 }
 
 impl<'a> Acquire<'a> {
+    /// Confirm this grant and each of its renewals ([`Confirm`]), instead of the
+    /// client's setting ([`Leases::confirm`]).
+    pub fn confirm(mut self, confirm: Confirm) -> Self {
+        self.confirm = Some(confirm);
+        self
+    }
+
     /// Wait up to `timeout` for the key (`BLOCK`), first come first served; zero waits
     /// for ever. `Err(NotAcquired)` if the wait ends first. Runs on a connection of its
     /// own ([`Leases::blocking_client`]).
@@ -495,15 +515,18 @@ impl<'a> Acquire<'a> {
             token: token.clone(),
             armed: true,
         };
+        let confirm = self.confirm.or_else(|| shared.confirm.get().copied());
         let mut sent = Instant::now();
-        let reply: RedisResult<Option<(String, u64)>> = match self.block {
+        type Granted = (Option<(String, u64)>, Option<RedisResult<Confirmed>>);
+        let reply: RedisResult<Granted> = match self.block {
             None => {
                 let mut conn = shared.conn.clone();
-                match cmd.query_async(&mut conn).await {
+                let cap = Some(period(self.ttl) / 2);
+                match confirm::query(&mut conn, &cmd, confirm.as_ref(), cap).await {
                     // A lost reply: the same token again is the idempotent retry.
                     Err(e) if transient(&e) => {
                         sent = Instant::now();
-                        cmd.query_async(&mut conn).await
+                        confirm::query(&mut conn, &cmd, confirm.as_ref(), cap).await
                     }
                     reply => reply,
                 }
@@ -515,12 +538,15 @@ impl<'a> Acquire<'a> {
                 };
                 let timeout = (!block.is_zero()).then(|| block + BLOCK_SLACK);
                 match connect.connect_blocking(timeout).await {
-                    Ok(conn) => cmd.query_async(&mut Conn::new(conn)).await,
+                    // The WAIT runs when the wait has ended, right after the grant.
+                    Ok(conn) => {
+                        confirm::query(&mut Conn::new(conn), &cmd, confirm.as_ref(), None).await
+                    }
                     Err(e) => Err(e),
                 }
             }
         };
-        let reply = match reply {
+        let (reply, mut confirmed) = match reply {
             Ok(reply) => reply,
             Err(e) => {
                 pending.armed = transient(&e);
@@ -536,17 +562,28 @@ impl<'a> Acquire<'a> {
             // reply: a renewal sent now dates the deadline.
             sent = Instant::now();
             let mut conn = shared.conn.clone();
-            let renewed: i64 = redis::cmd("LEASE.RENEW")
-                .arg(&self.key)
-                .arg(&token)
-                .arg(ttl_ms(self.ttl))
-                .query_async(&mut conn)
-                .await?;
+            let renew = renew_cmd(&self.key, &token, self.ttl);
+            let cap = Some(period(self.ttl) / 2);
+            let (renewed, again): (i64, _) =
+                confirm::query(&mut conn, &renew, confirm.as_ref(), cap).await?;
             if renewed != 1 {
                 pending.armed = false;
                 return Err(Error::LeaseLost { key: self.key });
             }
+            confirmed = again;
         }
+        let confirmed = match (confirm, confirmed) {
+            (Some(confirm), Some(Ok(confirmed))) if confirm.met(&confirmed) => Some(confirmed),
+            (Some(_), Some(Ok(confirmed))) => {
+                // Granted, not confirmed: released (by `pending`) and refused.
+                return Err(Error::NotConfirmed {
+                    key: self.key,
+                    confirmed,
+                });
+            }
+            (Some(_), Some(Err(e))) => return Err(Error::Redis(e)),
+            _ => None,
+        };
         pending.armed = false;
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let core = Arc::new(Core::new(
@@ -558,7 +595,9 @@ impl<'a> Acquire<'a> {
             sent,
             self.caps,
             self.session.clone(),
+            confirm,
         ));
+        core.set_confirmed(confirmed);
         let lease = Lease::new(Arc::clone(&core), Arc::clone(shared));
         if !leases.register(&core) {
             // close() ran meanwhile: this grant is lost with the others.

@@ -34,6 +34,7 @@
 
 #![warn(missing_docs)]
 
+mod confirm;
 mod connection;
 mod error;
 mod fenced;
@@ -42,6 +43,7 @@ mod leases;
 mod sentinel;
 mod watchdog;
 
+pub use confirm::{Confirm, Confirmed};
 pub use connection::{Connect, Connection};
 pub use error::{Error, Result};
 pub use lease::{Lease, Session, State};

@@ -50,7 +50,8 @@ for_each_server!(renewed_through_sentinel_and_across_a_failover, |flavor| {
 
     let k = key(flavor, "failover");
     let lease = leases.acquire(&k, SURVIVING_TTL).await.unwrap();
-    // The user's own commands go through the same connection.
+    // The user's own commands go through the same connection. (Not a confirmed lease:
+    // right after the failover the new primary has no replica to confirm renewals.)
     let mut mine = conn.clone();
     let acked: i64 = redis::cmd("WAIT")
         .arg(1)

@@ -542,6 +542,23 @@ pub fn slot(key: &[u8]) -> u16 {
     crc % 16_384
 }
 
+/// A replica of `primary` with the module, once its link is up.
+pub async fn start_replica(flavor: Flavor, primary: &Server) -> Server {
+    let replicaof = format!("127.0.0.1 {}", primary.port);
+    // Either node may be the primary later (a failover): both sync a replica at once.
+    let replica = Server::start_with(
+        flavor,
+        &[("repl-diskless-sync-delay", "0"), ("replicaof", &replicaof)],
+    );
+    let admin = replica.admin().await;
+    eventually(Duration::from_secs(20), "the replica to sync", || {
+        let mut admin = admin.clone();
+        async move { info_field(&mut admin, "replication", "master_link_status").await == "up" }
+    })
+    .await;
+    replica
+}
+
 pub const MASTER_NAME: &str = "mymaster";
 
 /// A Sentinel: the server binary in Sentinel mode (`--sentinel`), no module (Sentinel
@@ -638,17 +655,7 @@ impl SentinelSet {
     pub async fn start(flavor: Flavor) -> SentinelSet {
         // Either node may be the primary later: both sync a replica at once.
         let primary = Server::start_with(flavor, &[("repl-diskless-sync-delay", "0")]);
-        let replicaof = format!("127.0.0.1 {}", primary.port);
-        let replica = Server::start_with(
-            flavor,
-            &[("repl-diskless-sync-delay", "0"), ("replicaof", &replicaof)],
-        );
-        let admin = replica.admin().await;
-        eventually(Duration::from_secs(20), "the replica to sync", || {
-            let mut admin = admin.clone();
-            async move { info_field(&mut admin, "replication", "master_link_status").await == "up" }
-        })
-        .await;
+        let replica = start_replica(flavor, &primary).await;
         let sentinels = (0..3)
             .map(|_| Sentinel::start(flavor, primary.port))
             .collect();
