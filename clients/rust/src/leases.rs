@@ -18,6 +18,7 @@ use crate::connection::{key_slot, Conn, Connect, Connection};
 use crate::error::{Error, Result};
 use crate::fenced::{FenceConn, Unanswered};
 use crate::lease::{period, renew_cmd, ttl_ms, Caps, Core, Lease, Session};
+use crate::locks::{ReadWriteLock, Semaphore};
 use crate::sentinel::SentinelConnection;
 use crate::watchdog;
 
@@ -265,6 +266,17 @@ impl Leases {
         E: From<Error>,
     {
         self.acquire(key, ttl).with_lease(body).await
+    }
+
+    /// A read/write lock on `key` ([`ReadWriteLock`]: `read()` shared, `write()`
+    /// exclusive).
+    pub fn read_write_lock(&self, key: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.clone(), key.into())
+    }
+
+    /// A semaphore of `permits` holds on `key` ([`Semaphore`]).
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.clone(), key.into(), permits)
     }
 
     /// Starts an acquire of a session for `ttl`: a lease that holds bound with

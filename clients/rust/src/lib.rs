@@ -40,6 +40,7 @@ mod error;
 mod fenced;
 mod lease;
 mod leases;
+mod locks;
 mod sentinel;
 mod watchdog;
 
@@ -48,5 +49,6 @@ pub use connection::{Connect, Connection};
 pub use error::{Error, Result};
 pub use lease::{Lease, Session, State};
 pub use leases::{Acquire, Leases, SessionBuilder, WatchdogStats};
+pub use locks::{ReadWriteLock, Semaphore};
 pub use sentinel::SentinelConnection;
 pub use tokio_util::sync::CancellationToken;
