@@ -30,6 +30,7 @@ async fn reset_stats(set: &SentinelSet, port: u16) {
 }
 
 for_each_server!(renewed_through_sentinel_and_across_a_failover, |flavor| {
+    let _serial = common::one_sentinel_set_at_a_time().await;
     let set = SentinelSet::start(flavor).await;
     let conn = SentinelConnection::connect(set.addresses(), MASTER_NAME)
         .await
@@ -90,6 +91,7 @@ for_each_server!(renewed_through_sentinel_and_across_a_failover, |flavor| {
 for_each_server!(
     lost_when_the_primary_dies_before_a_replica_can_take_over,
     |flavor| {
+        let _serial = common::one_sentinel_set_at_a_time().await;
         let mut set = SentinelSet::start(flavor).await;
         let conn = SentinelConnection::connect(set.addresses(), MASTER_NAME)
             .await

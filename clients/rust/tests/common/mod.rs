@@ -561,6 +561,14 @@ pub async fn start_replica(flavor: Flavor, primary: &Server) -> Server {
 
 pub const MASTER_NAME: &str = "mymaster";
 
+/// Held by each Sentinel test for its whole run: one set of Sentinels at a time. Several
+/// at once on a loaded 2-core machine delay Sentinel's timer past 2 s, which puts it in
+/// TILT mode (30 s of no failover).
+pub async fn one_sentinel_set_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    SERIAL.lock().await
+}
+
 /// A Sentinel: the server binary in Sentinel mode (`--sentinel`), no module (Sentinel
 /// mode holds no data). Stopped by pid when dropped.
 pub struct Sentinel {
