@@ -95,6 +95,9 @@ pub(crate) struct Core {
     pub(crate) session: Option<Arc<Core>>,
     /// How many copies each renewal must reach.
     pub(crate) confirm: Option<Confirm>,
+    /// A fenced write of this lease ended in `WriteIndeterminate`: the scoped form then
+    /// returns the body's error (that one, usually) rather than `LeaseLost`.
+    pub(crate) indeterminate: std::sync::atomic::AtomicBool,
     /// Fires when the lease is lost. A bound hold's is a child of its session's `ends`.
     lost: CancellationToken,
     /// Fires when the lease is lost or released: the end of every hold bound to it, if it
@@ -131,6 +134,7 @@ impl Core {
             caps,
             session,
             confirm,
+            indeterminate: std::sync::atomic::AtomicBool::new(false),
             lost,
             ends,
             sched: Mutex::new(Sched {
@@ -577,6 +581,9 @@ impl Lease {
     }
 
     fn indeterminate(&self, resource: &str, attempts: u32) -> Error {
+        self.core()
+            .indeterminate
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         Error::WriteIndeterminate {
             resource: resource.to_string(),
             fence: self.fence(),

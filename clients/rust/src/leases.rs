@@ -473,6 +473,11 @@ impl<'a> Acquire<'a> {
         if !lease.state().is_live() && lease.state() != crate::State::Released {
             // The server may hold it a moment longer than counted here: let it go.
             let _ = lease.release().await;
+            // A write whose outcome is unknown says more than the loss that followed it.
+            let indeterminate = lease.core_arc().indeterminate.load(Ordering::Relaxed);
+            if indeterminate && result.is_err() {
+                return result;
+            }
             return Err(lease.lost_error().into());
         }
         match lease.release().await {

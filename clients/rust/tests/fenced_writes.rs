@@ -201,3 +201,30 @@ for_each_server!(retries_resend_a_fenced_write_only_when_asked, |flavor| {
     lease.release().await.unwrap();
     leases.close().await;
 });
+
+for_each_server!(scoped_form_passes_an_indeterminate_write_on, |flavor| {
+    let server = Server::start(flavor);
+    let leases = Leases::connect(server.client()).await.unwrap();
+    let k = key(flavor, "scoped");
+    let resource = format!("fence:{k}");
+    let result = leases
+        .with_lease(&k, Duration::from_millis(600), |lease| {
+            let server = &server;
+            let resource = resource.clone();
+            async move {
+                let _: u64 = lease.fence_call(&resource, &redis::Cmd::new()).await?;
+                server.freeze();
+                let write = redis::cmd("SET").arg("x").arg(1).clone();
+                let outcome = lease.fence_call::<()>(&resource, &write).await;
+                server.thaw();
+                outcome
+            }
+        })
+        .await;
+    // Not LeaseLost, though the lease was lost by the time the write gave up.
+    assert!(
+        matches!(result, Err(Error::WriteIndeterminate { attempts: 1, .. })),
+        "{result:?}"
+    );
+    leases.close().await;
+});
