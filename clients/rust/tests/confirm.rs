@@ -9,18 +9,24 @@ use std::time::Duration;
 use common::{eventually, key, lease_state, start_replica, Server};
 use redis_lease_client::{Confirm, Error, Leases, State};
 
+/// A primary, its replica, and leases on the primary confirming with `WAIT 1 wait`.
+async fn replicated(flavor: common::Flavor, wait: Duration) -> (Server, Server, Leases) {
+    let primary = Server::start(flavor);
+    let replica = start_replica(flavor, &primary).await;
+    let leases = Leases::connect(primary.client())
+        .await
+        .unwrap()
+        .confirm(Confirm::replicas(1, wait));
+    (primary, replica, leases)
+}
+
 async fn free_on(server: &Server, k: &str) -> bool {
     let state = lease_state(&mut server.admin().await, k).await;
     state == "free" || state == "none"
 }
 
 for_each_server!(grant_and_renewals_confirmed_by_the_replica, |flavor| {
-    let primary = Server::start(flavor);
-    let replica = start_replica(flavor, &primary).await;
-    let leases = Leases::connect(primary.client())
-        .await
-        .unwrap()
-        .confirm(Confirm::replicas(1, Duration::from_millis(200)));
+    let (_primary, replica, leases) = replicated(flavor, Duration::from_millis(200)).await;
     let ttl = Duration::from_millis(900);
     let k = key(flavor, "confirmed");
     let lease = leases.acquire(&k, ttl).await.unwrap();
@@ -40,12 +46,7 @@ for_each_server!(grant_and_renewals_confirmed_by_the_replica, |flavor| {
 });
 
 for_each_server!(unconfirmed_renewal_is_a_loss, |flavor| {
-    let primary = Server::start(flavor);
-    let replica = start_replica(flavor, &primary).await;
-    let leases = Leases::connect(primary.client())
-        .await
-        .unwrap()
-        .confirm(Confirm::replicas(1, Duration::from_millis(100)));
+    let (primary, replica, leases) = replicated(flavor, Duration::from_millis(100)).await;
     let ttl = Duration::from_millis(900);
     let k = key(flavor, "unconfirmed-renewal");
     let lease = leases.acquire(&k, ttl).await.unwrap();

@@ -21,6 +21,16 @@ async fn renews_on(set: &SentinelSet, port: u16) -> u64 {
     command_calls(&mut set.node(port).admin().await, "lease.renew").await
 }
 
+/// `WAIT 1 1000` on the user's connection: whether the replica has every write so far.
+async fn replicas_acked(conn: &mut SentinelConnection) -> i64 {
+    redis::cmd("WAIT")
+        .arg(1)
+        .arg(1000)
+        .query_async(conn)
+        .await
+        .unwrap()
+}
+
 async fn reset_stats(set: &SentinelSet, port: u16) {
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
@@ -54,13 +64,11 @@ for_each_server!(renewed_through_sentinel_and_across_a_failover, |flavor| {
     // The user's own commands go through the same connection. (Not a confirmed lease:
     // right after the failover the new primary has no replica to confirm renewals.)
     let mut mine = conn.clone();
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(1000)
-        .query_async(&mut mine)
-        .await
-        .unwrap();
-    assert_eq!(acked, 1, "the replica has the grant");
+    assert_eq!(
+        replicas_acked(&mut mine).await,
+        1,
+        "the replica has the grant"
+    );
     let new = set.failover().await;
     let failed_over_at = Instant::now();
     assert_ne!(new, old);
@@ -100,13 +108,7 @@ for_each_server!(
         let k = key(flavor, "doomed");
         let lease = leases.acquire(&k, DOOMED_TTL).await.unwrap();
         let mut mine = conn.clone();
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(1)
-            .arg(1000)
-            .query_async(&mut mine)
-            .await
-            .unwrap();
-        assert_eq!(acked, 1);
+        assert_eq!(replicas_acked(&mut mine).await, 1);
         eventually(
             Duration::from_secs(2),
             "renewals through Sentinel",

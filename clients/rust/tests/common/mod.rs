@@ -155,16 +155,9 @@ impl Server {
     }
 
     pub fn start_with(flavor: Flavor, extra: &[(&str, &str)]) -> Server {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
         let mut last_error = String::new();
         for _ in 0..5 {
-            let dir = std::env::temp_dir().join(format!(
-                "redis-lease-client-{}-{}",
-                std::process::id(),
-                COUNTER.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir).expect("temp dir");
+            let dir = fresh_dir("server");
             let port = free_port();
             let mut conf = format!(
                 "port {port}\nbind 127.0.0.1\ndir {dir}\ndaemonize no\nsave \"\"\n\
@@ -177,14 +170,7 @@ impl Server {
                 conf.push_str(&format!("{name} {value}\n"));
             }
             fs::write(dir.join("server.conf"), conf).expect("config");
-            let child = Command::new(flavor.binary())
-                .arg(dir.join("server.conf"))
-                .current_dir(&dir)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn server");
+            let child = spawn(flavor, &dir, &["server.conf"]);
             let mut server = Server {
                 flavor,
                 port,
@@ -271,14 +257,7 @@ impl Server {
         let _ = self.child.wait();
         let start = Instant::now();
         loop {
-            self.child = Command::new(self.flavor.binary())
-                .arg(self.dir.join("server.conf"))
-                .current_dir(&self.dir)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn server");
+            self.child = spawn(self.flavor, &self.dir, &["server.conf"]);
             match self.wait_ready() {
                 Ok(()) => return,
                 // The port may take a moment to be free again.
@@ -326,6 +305,31 @@ impl Drop for Server {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// An empty temp dir of its own for one process.
+fn fresh_dir(what: &str) -> PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "redis-lease-client-{what}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// The flavor's server binary with `args`, in `dir` (its config file is one of the args).
+fn spawn(flavor: Flavor, dir: &Path, args: &[&str]) -> Child {
+    Command::new(flavor.binary())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn server")
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -579,14 +583,7 @@ pub struct Sentinel {
 
 impl Sentinel {
     fn start(flavor: Flavor, primary_port: u16) -> Sentinel {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "redis-lease-client-sentinel-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).expect("temp dir");
+        let dir = fresh_dir("sentinel");
         let port = free_port();
         // Down after 1 s; a failover may start again after 2 * 2 s.
         let conf = format!(
@@ -597,15 +594,7 @@ impl Sentinel {
             dir = dir.display(),
         );
         fs::write(dir.join("sentinel.conf"), conf).expect("config");
-        let child = Command::new(flavor.binary())
-            .arg(dir.join("sentinel.conf"))
-            .arg("--sentinel")
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn sentinel");
+        let child = spawn(flavor, &dir, &["sentinel.conf", "--sentinel"]);
         Sentinel { port, child, dir }
     }
 
