@@ -519,6 +519,7 @@ impl Lease {
         let shared = &self.handle.shared;
         let mut attempts = 0u32;
         let mut retries = retries;
+        let mut redirects = 0;
         loop {
             if !self.state().is_live() {
                 return Err(if attempts > 0 {
@@ -538,6 +539,12 @@ impl Lease {
                     }
                     if is_demoted(&e) {
                         self.write_failed();
+                    }
+                    // Refused by a node that no longer serves the slot: it did not run. The
+                    // cluster connection has learnt the new owner; a few hops at most.
+                    if matches!(e.code(), Some("MOVED" | "ASK")) && redirects < MAX_REDIRECTS {
+                        redirects += 1;
+                        continue;
                     }
                     return Err(Error::Redis(e));
                 }
@@ -657,6 +664,9 @@ impl Deref for Session {
 pub(crate) fn period(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(1))
 }
+
+/// How many `MOVED` / `ASK` replies a fenced write follows before giving up.
+const MAX_REDIRECTS: u32 = 4;
 
 /// `LEASE.RENEW key token ttl`.
 pub(crate) fn renew_cmd(key: &str, token: &str, ttl: Duration) -> Cmd {

@@ -44,6 +44,8 @@ pub struct Leases {
 pub(crate) struct Shared {
     pub(crate) conn: Conn,
     blocking: OnceLock<Box<dyn Connect>>,
+    /// Where fenced writes open their connection, when not through `blocking`.
+    fencing: OnceLock<Box<dyn Connect>>,
     registry: Mutex<Registry>,
     next_id: AtomicU64,
     pub(crate) wake: Arc<Notify>,
@@ -131,7 +133,11 @@ impl Shared {
         cmd: &redis::Cmd,
         within: Option<Duration>,
     ) -> std::result::Result<RedisResult<redis::Value>, Unanswered> {
-        let connect = self.blocking.get().map(|c| &**c);
+        let connect = self
+            .fencing
+            .get()
+            .or_else(|| self.blocking.get())
+            .map(|c| &**c);
         self.fenced
             .send_once(connect, &self.conn, cmd, within)
             .await
@@ -165,6 +171,7 @@ impl Leases {
             shared: Arc::new(Shared {
                 conn: Conn::new(Box::new(conn)),
                 blocking: OnceLock::new(),
+                fencing: OnceLock::new(),
                 registry: Mutex::new(Registry::default()),
                 next_id: AtomicU64::new(1),
                 wake: Arc::new(Notify::new()),
@@ -187,6 +194,18 @@ impl Leases {
         self
     }
 
+    /// Where fenced writes ([`Lease::fence_call`]) open their connection, instead of the
+    /// blocking client. For a cluster: a [`ClusterClient`] built with
+    /// `ClusterClientBuilder::retries(0)`. A cluster connection resends a request whose
+    /// connection failed as often as its client's retries allow (16 by default), and a
+    /// fenced write must not be resent behind the caller's back; without retries a
+    /// `MOVED` or `ASK` comes back as a reply (the write did not run), and `fence_call`
+    /// sends it again itself, at most 4 times. Set once; a second call is ignored.
+    pub fn fenced_writes_client(self, client: impl Connect) -> Leases {
+        let _ = self.shared.fencing.set(Box::new(client));
+        self
+    }
+
     /// Confirm every grant and renewal of this client ([`Confirm`]: `WAIT` or `WAITAOF`
     /// in the same pipeline), unless an acquire says otherwise ([`Acquire::confirm`]).
     /// Set once; a second call is ignored.
@@ -205,6 +224,8 @@ impl Leases {
     /// Leases on a cluster connection from `client`, with `client` for blocking
     /// acquires. Keys bound together (a session and its holds, a resource and the keys
     /// its fenced command writes) must share a hash slot: use hash tags, `{job7}lock`.
+    /// Give fenced writes a client without retries ([`Leases::fenced_writes_client`]),
+    /// or a write whose node fails may be resent by the cluster connection.
     pub async fn connect_cluster(client: ClusterClient) -> RedisResult<Leases> {
         let conn = client.get_async_connection().await?;
         Ok(Leases::new(conn).blocking_client(client))

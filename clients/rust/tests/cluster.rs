@@ -7,8 +7,9 @@ use std::collections::HashSet;
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use common::{key, lease_state, slot, Cluster};
+use common::{command_calls, eventually, key, lease_state, slot, Cluster};
 use futures_util::future::join_all;
+use redis::cluster::ClusterClientBuilder;
 use redis_lease_client::{Error, Leases, State};
 
 for_each_server!(cluster_with_hash_tags, |flavor| {
@@ -102,3 +103,71 @@ for_each_server!(cluster_with_hash_tags, |flavor| {
     other.close().await;
     assert!(held.iter().skip(2).all(|l| l.state() == State::Lost));
 });
+
+for_each_server!(
+    cluster_fenced_write_is_not_resent_across_a_node_restart,
+    |flavor| {
+        // Durable nodes: the lease and the resource record survive the restart.
+        let mut cluster =
+            Cluster::start_with(flavor, &[("appendonly", "yes"), ("appendfsync", "always")]).await;
+        let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
+        // Fenced writes through a cluster client without retries: never resent. (With
+        // the default client, 16 retries, this test fails: the write runs on the
+        // restarted node.)
+        let fenced = ClusterClientBuilder::new(nodes).retries(0).build().unwrap();
+        let leases = Leases::connect_cluster(cluster.client())
+            .await
+            .unwrap()
+            .fenced_writes_client(fenced);
+        let k = format!("{{w}}{}", key(flavor, "restart"));
+        let resource = format!("{{w}}fence:{k}");
+        let log = format!("{{w}}log:{k}");
+        let lease = leases.acquire(&k, Duration::from_secs(5)).await.unwrap();
+        let _: u64 = lease
+            .fence_call(&resource, &redis::Cmd::new())
+            .await
+            .unwrap();
+        let node = cluster.node_for_mut(&k);
+        node.freeze();
+        let writer = {
+            let lease = lease.clone();
+            let write = redis::cmd("RPUSH").arg(&log).arg("x".repeat(2000)).clone();
+            let resource = resource.clone();
+            tokio::spawn(async move { lease.fence_call::<i64>(&resource, &write).await })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while node.unread_bytes() <= 1000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the write never reached the socket"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        node.crash_and_restart();
+        let outcome = writer.await.unwrap();
+        assert!(
+            matches!(outcome, Err(Error::WriteIndeterminate { attempts: 1, .. })),
+            "{outcome:?}"
+        );
+        eventually(Duration::from_secs(4), "held again", || async {
+            lease.state() == State::Held
+        })
+        .await;
+        let renewals = lease.renewals();
+        eventually(Duration::from_secs(5), "two more renewals", || async {
+            lease.renewals() >= renewals + 2
+        })
+        .await;
+        // Never sent again: the restarted node ran no fenced write, the list is empty.
+        let mut admin = cluster.node_for(&k).admin().await;
+        assert_eq!(command_calls(&mut admin, "lease.fence").await, 0);
+        let len: i64 = redis::cmd("LLEN")
+            .arg(&log)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(len, 0);
+        lease.release().await.unwrap();
+        leases.close().await;
+    }
+);

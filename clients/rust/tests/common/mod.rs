@@ -437,17 +437,19 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start(flavor: Flavor) -> Cluster {
+        Cluster::start_with(flavor, &[]).await
+    }
+
+    /// Three masters with `extra` config lines each.
+    pub async fn start_with(flavor: Flavor, extra: &[(&str, &str)]) -> Cluster {
+        let mut config = vec![
+            ("cluster-enabled", "yes"),
+            ("cluster-config-file", "nodes.conf"),
+            ("cluster-node-timeout", "2000"),
+        ];
+        config.extend_from_slice(extra);
         let nodes: Vec<Server> = (0..3)
-            .map(|_| {
-                Server::start_with(
-                    flavor,
-                    &[
-                        ("cluster-enabled", "yes"),
-                        ("cluster-config-file", "nodes.conf"),
-                        ("cluster-node-timeout", "2000"),
-                    ],
-                )
-            })
+            .map(|_| Server::start_with(flavor, &config))
             .collect();
         let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
         for (i, node) in nodes.iter().enumerate() {
@@ -510,6 +512,15 @@ impl Cluster {
     pub fn client(&self) -> redis::cluster::ClusterClient {
         redis::cluster::ClusterClient::new(self.nodes.iter().map(|n| n.url()).collect::<Vec<_>>())
             .expect("cluster client")
+    }
+
+    /// The node that serves `key`, to stop or restart.
+    pub fn node_for_mut(&mut self, key: &str) -> &mut Server {
+        let port = self.node_for(key).port;
+        self.nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("a node")
     }
 
     /// The node that serves `key`.
