@@ -7,7 +7,10 @@ use std::collections::HashSet;
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use common::{command_calls, eventually, key, lease_state, slot, Cluster};
+use common::{
+    command_calls, fenced_write_across_a_restart, held_again_and_renewed, key, lease_state, slot,
+    Cluster,
+};
 use futures_util::future::join_all;
 use redis::cluster::ClusterClientBuilder;
 use redis_lease_client::{Error, Leases, State};
@@ -127,37 +130,14 @@ for_each_server!(
             .fence_call(&resource, &redis::Cmd::new())
             .await
             .unwrap();
+        let write = redis::cmd("RPUSH").arg(&log).arg("x".repeat(2000)).clone();
         let node = cluster.node_for_mut(&k);
-        node.freeze();
-        let writer = {
-            let lease = lease.clone();
-            let write = redis::cmd("RPUSH").arg(&log).arg("x".repeat(2000)).clone();
-            let resource = resource.clone();
-            tokio::spawn(async move { lease.fence_call::<i64>(&resource, &write).await })
-        };
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while node.unread_bytes() <= 1000 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the write never reached the socket"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        node.crash_and_restart();
-        let outcome = writer.await.unwrap();
+        let outcome = fenced_write_across_a_restart(node, &lease, &resource, write, 0).await;
         assert!(
             matches!(outcome, Err(Error::WriteIndeterminate { attempts: 1, .. })),
             "{outcome:?}"
         );
-        eventually(Duration::from_secs(4), "held again", || async {
-            lease.state() == State::Held
-        })
-        .await;
-        let renewals = lease.renewals();
-        eventually(Duration::from_secs(5), "two more renewals", || async {
-            lease.renewals() >= renewals + 2
-        })
-        .await;
+        held_again_and_renewed(&lease).await;
         // Never sent again: the restarted node ran no fenced write, the list is empty.
         let mut admin = cluster.node_for(&k).admin().await;
         assert_eq!(command_calls(&mut admin, "lease.fence").await, 0);

@@ -7,7 +7,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{command_calls, eventually, key, Server};
+use common::{
+    command_calls, eventually, fenced_write_across_a_restart, held_again_and_renewed, key, Server,
+};
 use redis_lease_client::{Error, Leases, State};
 
 /// Big enough to stand out among a stopped server's unread bytes (a renewal is under 100).
@@ -123,30 +125,12 @@ async fn write_across_a_restart(
         lease.renewals() >= 1
     })
     .await;
-    server.freeze();
     let write = redis::cmd("RPUSH")
         .arg(format!("{k}:log"))
         .arg(body())
         .clone();
-    let writer = {
-        let lease = lease.clone();
-        let resource = format!("fence:{k}");
-        tokio::spawn(async move {
-            lease
-                .fence_call_retrying::<i64>(&resource, &write, retries)
-                .await
-        })
-    };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while server.unread_bytes() <= 1000 {
-        assert!(
-            Instant::now() < deadline,
-            "the write never reached the socket"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    server.crash_and_restart();
-    let outcome = writer.await.unwrap();
+    let outcome =
+        fenced_write_across_a_restart(server, &lease, &format!("fence:{k}"), write, retries).await;
     (lease, outcome)
 }
 
@@ -165,18 +149,10 @@ for_each_server!(
             matches!(outcome, Err(Error::WriteIndeterminate { attempts: 1, .. })),
             "{outcome:?}"
         );
-        // The lease survived the restart: suspended by the failed write, held again once the
-        // watchdog's renewal is confirmed.
-        eventually(Duration::from_secs(4), "held again", || async {
-            lease.state() == State::Held
-        })
-        .await;
-        // Well past several renewals: the write was never sent again.
-        let renewals = lease.renewals();
-        eventually(Duration::from_secs(5), "two more renewals", || async {
-            lease.renewals() >= renewals + 2
-        })
-        .await;
+        // The lease survived the restart: suspended by the failed write, held again once
+        // the watchdog's renewal is confirmed; well past several renewals, the write was
+        // never sent again.
+        held_again_and_renewed(&lease).await;
         assert_eq!(fence_calls(&server).await, 0);
         assert!(list(&server, &format!("{k}:log")).await.is_empty());
         lease.release().await.unwrap();

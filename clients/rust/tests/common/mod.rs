@@ -574,6 +574,52 @@ pub async fn start_replica(flavor: Flavor, primary: &Server) -> Server {
     replica
 }
 
+/// Stops `server`, sends `write` through `lease` (with `retries`), waits until it sits
+/// unread in the stopped server's socket, then kills and restarts the server (from its
+/// AOF): the write never ran there. Returns the write's outcome.
+pub async fn fenced_write_across_a_restart(
+    server: &mut Server,
+    lease: &redis_lease_client::Lease,
+    resource: &str,
+    write: redis::Cmd,
+    retries: u32,
+) -> redis_lease_client::Result<i64> {
+    server.freeze();
+    let writer = {
+        let lease = lease.clone();
+        let resource = resource.to_string();
+        tokio::spawn(async move {
+            lease
+                .fence_call_retrying::<i64>(&resource, &write, retries)
+                .await
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.unread_bytes() <= 1000 {
+        assert!(
+            Instant::now() < deadline,
+            "the write never reached the socket"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    server.crash_and_restart();
+    writer.await.expect("the writer task")
+}
+
+/// The lease is held again (a renewal confirmed after a failure), and two renewals more
+/// have gone by since: time for anything that would resend a write to have done it.
+pub async fn held_again_and_renewed(lease: &redis_lease_client::Lease) {
+    eventually(Duration::from_secs(4), "held again", || async {
+        lease.state() == redis_lease_client::State::Held
+    })
+    .await;
+    let renewals = lease.renewals();
+    eventually(Duration::from_secs(5), "two more renewals", || async {
+        lease.renewals() >= renewals + 2
+    })
+    .await;
+}
+
 pub const MASTER_NAME: &str = "mymaster";
 
 /// Held by each Sentinel test for its whole run: one set of Sentinels at a time. Several
