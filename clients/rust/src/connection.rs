@@ -20,6 +20,14 @@ pub trait Connection: ConnectionLike + Send + Sync + 'static {
     fn is_cluster(&self) -> bool {
         false
     }
+
+    /// Finds out where commands should go now, in at most `within`: called before each
+    /// renewal round. A [`SentinelConnection`](crate::SentinelConnection) asks the
+    /// Sentinels for the master; the others have nothing to do.
+    fn locate(&self, within: Duration) -> BoxFuture<'_, ()> {
+        let _ = within;
+        Box::pin(std::future::ready(()))
+    }
 }
 
 impl Connection for ConnectionManager {
@@ -44,7 +52,8 @@ impl Connection for ClusterConnection {
     }
 }
 
-/// Opens a connection of its own for each blocking acquire.
+/// Opens a connection of its own for each blocking acquire, and the one fenced writes go
+/// on.
 ///
 /// A command blocked in `LEASE.ACQUIRE ... BLOCK` holds up every command behind it on
 /// its connection, the watchdog's renewals included, and a shared connection's response
@@ -62,6 +71,11 @@ pub trait Connect: Send + Sync + 'static {
         &self,
         response_timeout: Option<Duration>,
     ) -> BoxFuture<'_, RedisResult<Box<dyn Connection>>>;
+
+    /// A connection opened through this answered `READONLY`: the server it reached is a
+    /// replica now. A [`SentinelConnection`](crate::SentinelConnection) asks the
+    /// Sentinels again before the next connection.
+    fn demoted(&self) {}
 }
 
 impl Connect for redis::Client {
@@ -106,6 +120,10 @@ impl Conn {
 
     pub(crate) fn is_cluster(&self) -> bool {
         self.0.is_cluster()
+    }
+
+    pub(crate) async fn locate(&self, within: Duration) {
+        self.0.locate(within).await;
     }
 }
 

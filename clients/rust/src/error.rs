@@ -4,8 +4,8 @@ use redis::RedisError;
 
 /// Everything a lease operation can fail with.
 ///
-/// The first three are the contract shared with the Python and Node clients; the rest
-/// are this client's own.
+/// The first three and [`Error::WriteIndeterminate`] are the contract shared with the
+/// Python and Node clients; the rest are this client's own.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Error {
@@ -32,6 +32,33 @@ pub enum Error {
         fence: u64,
         /// The highest fence the resource has accepted.
         highest: u64,
+    },
+    /// A fenced write ([`Lease::fence_call`](crate::Lease::fence_call)) was sent and no
+    /// reply came before the lease's deadline, or its connection failed after it was
+    /// sent: it may have run once (on the server it reached, even after this error: a
+    /// stalled server runs it when it wakes), or not at all. Distinct from a refusal
+    /// ([`Error::StaleFence`]): nothing is known of the write. It is never sent again
+    /// unless the call asked for retries
+    /// ([`Lease::fence_call_retrying`](crate::Lease::fence_call_retrying)). The lease
+    /// is [`State::Suspended`](crate::State::Suspended) until a renewal confirms it, and
+    /// [`State::Lost`](crate::State::Lost) once its deadline passes (a write that waited
+    /// until the deadline finds it lost).
+    WriteIndeterminate {
+        /// The resource key of the fenced write.
+        resource: String,
+        /// The fence the write carried.
+        fence: u64,
+        /// How many times it was sent (1 unless retries were asked for).
+        attempts: u32,
+    },
+    /// The key was granted but not confirmed ([`Confirm`](crate::Confirm)): fewer
+    /// replicas (or AOF fsyncs) than asked for acknowledged the grant in time. The
+    /// grant was released.
+    NotConfirmed {
+        /// The lease key.
+        key: String,
+        /// What the server reported.
+        confirmed: crate::Confirmed,
     },
     /// [`Leases::close`](crate::Leases::close) has run: no more acquires.
     Closed,
@@ -65,6 +92,24 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "stale fence on {resource:?}: {fence} is older than {highest}"
+            ),
+            Error::WriteIndeterminate {
+                resource,
+                fence,
+                attempts,
+            } => write!(
+                f,
+                "fenced write to {resource:?} (fence {fence}) got no reply in time after \
+                 {attempts} attempt(s): it may or may not have run"
+            ),
+            Error::NotConfirmed { key, confirmed } => write!(
+                f,
+                "lease {key:?} granted but not confirmed ({} replicas{})",
+                confirmed.replicas,
+                match confirmed.local {
+                    Some(local) => format!(", {local} local fsync"),
+                    None => String::new(),
+                }
             ),
             Error::Closed => f.write_str("leases closed"),
             Error::NoBlockingConnection => f.write_str(

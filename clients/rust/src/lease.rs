@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use redis::{Arg, Cmd, FromRedisValue};
 use tokio_util::sync::CancellationToken;
 
+use crate::confirm::{self, Confirm, Confirmed};
 use crate::error::{stale_fence, Error, Result};
+use crate::fenced::{is_demoted, retry_delay, Unanswered};
 use crate::leases::Shared;
 
 /// Where a lease stands, as this client knows it.
@@ -76,6 +78,8 @@ pub(crate) struct Sched {
     /// A `LEASE.RELEASE` of the holder's is on its way: a renewal answered `0` meanwhile
     /// is that release's doing, not a loss, and nothing more is renewed.
     pub(crate) releasing: bool,
+    /// What the server reported for the last confirmed grant or renewal.
+    pub(crate) confirmed: Option<Confirmed>,
 }
 
 pub(crate) struct Core {
@@ -89,6 +93,11 @@ pub(crate) struct Core {
     pub(crate) caps: Caps,
     /// The session this hold is bound to.
     pub(crate) session: Option<Arc<Core>>,
+    /// How many copies each renewal must reach.
+    pub(crate) confirm: Option<Confirm>,
+    /// A fenced write of this lease ended in `WriteIndeterminate`: the scoped form then
+    /// returns the body's error (that one, usually) rather than `LeaseLost`.
+    pub(crate) indeterminate: std::sync::atomic::AtomicBool,
     /// Fires when the lease is lost. A bound hold's is a child of its session's `ends`.
     lost: CancellationToken,
     /// Fires when the lease is lost or released: the end of every hold bound to it, if it
@@ -108,6 +117,7 @@ impl Core {
         sent: Instant,
         caps: Caps,
         session: Option<Arc<Core>>,
+        confirm: Option<Confirm>,
     ) -> Core {
         let lost = match &session {
             Some(s) => s.ends.child_token(),
@@ -123,6 +133,8 @@ impl Core {
             acquired_at: sent,
             caps,
             session,
+            confirm,
+            indeterminate: std::sync::atomic::AtomicBool::new(false),
             lost,
             ends,
             sched: Mutex::new(Sched {
@@ -132,6 +144,7 @@ impl Core {
                 in_flight: false,
                 renewals: 0,
                 releasing: false,
+                confirmed: None,
             }),
         }
     }
@@ -241,6 +254,10 @@ impl Core {
             sched.renewals += 1;
             sched.next_renew = sent + period(self.ttl);
         }
+    }
+
+    pub(crate) fn set_confirmed(&self, confirmed: Option<Confirmed>) {
+        self.sched().confirmed = confirmed;
     }
 
     /// A renewal went unanswered: suspended until the deadline, retried at `retry_at`.
@@ -354,6 +371,12 @@ impl Lease {
             .map(|d| d.saturating_duration_since(Instant::now()))
     }
 
+    /// How many copies the server reported for the last grant or renewal, when the lease
+    /// is confirmed ([`Confirm`]); None otherwise.
+    pub fn confirmed(&self) -> Option<Confirmed> {
+        self.core().sched().confirmed
+    }
+
     /// Renewals the watchdog has had confirmed.
     pub fn renewals(&self) -> u64 {
         self.core().sched().renewals
@@ -380,18 +403,29 @@ impl Lease {
         let core = self.core();
         let mut conn = self.handle.shared.conn.clone();
         let sent = Instant::now();
-        let renewed: i64 = redis::cmd("LEASE.RENEW")
-            .arg(&core.key)
-            .arg(&core.token)
-            .arg(ttl_ms(core.ttl))
-            .query_async(&mut conn)
-            .await?;
-        if renewed == 1 {
-            core.confirm(sent, false);
-            self.check()
-        } else {
+        let renew = renew_cmd(&core.key, &core.token, core.ttl);
+        let cap = Some(period(core.ttl) / 2);
+        let (renewed, confirmed): (i64, _) =
+            confirm::query(&mut conn, &renew, core.confirm.as_ref(), cap).await?;
+        if renewed != 1 {
             core.renewal_refused();
-            Err(self.lost_error())
+            return Err(self.lost_error());
+        }
+        match (&core.confirm, confirmed) {
+            (Some(confirm), Some(Ok(confirmed))) if !confirm.met(&confirmed) => {
+                // Renewed on the primary only: as good as lost there on a failover.
+                core.mark_lost();
+                self.handle
+                    .shared
+                    .release_in_background(core.key.clone(), core.token.clone());
+                Err(self.lost_error())
+            }
+            (Some(_), Some(Err(e))) => Err(Error::Redis(e)),
+            (_, confirmed) => {
+                core.confirm(sent, false);
+                core.set_confirmed(confirmed.and_then(|c| c.ok()));
+                self.check()
+            }
         }
     }
 
@@ -434,9 +468,20 @@ impl Lease {
 
     /// Runs `command` on the server only if this lease's fence is still the newest the
     /// `resource` has seen: `LEASE.FENCE resource fence command...`, in one atomic step.
-    /// A newer fence accepted there is `Err(StaleFence)`, and the lease counts as lost
-    /// (the loss signal fires; a scoped form returns `LeaseLost`). A lease known lost or
-    /// released sends nothing: `Err(LeaseLost)`.
+    ///
+    /// - A newer fence accepted there is `Err(StaleFence)` (refused: nothing ran), and
+    ///   the lease counts as lost (the loss signal fires; a scoped form returns
+    ///   `LeaseLost`).
+    /// - A lease known lost or released sends nothing: `Err(LeaseLost)`.
+    /// - The write is sent **once**, on a connection kept for fenced writes (no
+    ///   client-side retry, no reconnect that resends), and its reply is awaited **no
+    ///   longer than the lease's time left** ([`Lease::remaining`]). No reply by then, or
+    ///   the connection failing after it was sent, is `Err(WriteIndeterminate)`: it may
+    ///   have run (a stalled server runs it when it wakes), or not. The lease is then
+    ///   suspended (the watchdog tries a renewal at once) and lost when its deadline
+    ///   passes: a write that waited until the deadline returns with the lease lost.
+    /// - `READONLY` (the server is a replica now) did not run: `Err(Redis)`, the lease
+    ///   suspended until a renewal reaches the master.
     ///
     /// In a cluster `resource` and the command's keys must share a slot (hash tags).
     ///
@@ -448,6 +493,20 @@ impl Lease {
     /// # Ok(()) }
     /// ```
     pub async fn fence_call<T: FromRedisValue>(&self, resource: &str, command: &Cmd) -> Result<T> {
+        self.fence_call_retrying(resource, command, 0).await
+    }
+
+    /// [`Lease::fence_call`], sent again up to `retries` more times when it went
+    /// unanswered: each after a tenth of the ttl (5 to 250 ms), on a new connection, and
+    /// only while the lease is held or suspended, before its deadline. For a command that
+    /// is safe to run twice (`SET` of a value, not `INCR` or `RPUSH`): an attempt that
+    /// went unanswered may have run. `WriteIndeterminate { attempts }` counts the sends.
+    pub async fn fence_call_retrying<T: FromRedisValue>(
+        &self,
+        resource: &str,
+        command: &Cmd,
+        retries: u32,
+    ) -> Result<T> {
         self.check()?;
         let core = self.core();
         let mut cmd = redis::cmd("LEASE.FENCE");
@@ -457,16 +516,85 @@ impl Lease {
                 cmd.arg(bytes);
             }
         }
-        let mut conn = self.handle.shared.conn.clone();
-        match cmd.query_async(&mut conn).await {
-            Ok(reply) => Ok(reply),
-            Err(e) => match stale_fence(&e, resource) {
-                Some(stale) => {
-                    core.mark_lost();
-                    Err(stale)
+        let shared = &self.handle.shared;
+        let mut attempts = 0u32;
+        let mut retries = retries;
+        let mut redirects = 0;
+        loop {
+            if !self.state().is_live() {
+                return Err(if attempts > 0 {
+                    self.indeterminate(resource, attempts)
+                } else {
+                    self.lost_error()
+                });
+            }
+            let failure = match shared.send_fenced(&cmd, self.remaining()).await {
+                Ok(Ok(reply)) => {
+                    return T::from_redis_value(reply).map_err(|e| Error::Redis(e.into()))
                 }
-                None => Err(Error::Redis(e)),
-            },
+                Ok(Err(e)) => {
+                    if let Some(stale) = stale_fence(&e, resource) {
+                        core.mark_lost();
+                        return Err(stale);
+                    }
+                    if is_demoted(&e) {
+                        self.write_failed();
+                    }
+                    // Refused by a node that no longer serves the slot: it did not run. The
+                    // cluster connection has learnt the new owner; a few hops at most.
+                    if matches!(e.code(), Some("MOVED" | "ASK")) && redirects < MAX_REDIRECTS {
+                        redirects += 1;
+                        continue;
+                    }
+                    return Err(Error::Redis(e));
+                }
+                Err(failure) => failure,
+            };
+            self.write_failed();
+            let error = match failure {
+                Unanswered::Sent(e) => {
+                    attempts += 1;
+                    e
+                }
+                Unanswered::NotSent(e) => e,
+            };
+            if retries == 0 {
+                if attempts > 0 {
+                    return Err(self.indeterminate(resource, attempts));
+                }
+                return Err(if self.state().is_live() {
+                    Error::Redis(error)
+                } else {
+                    self.lost_error()
+                });
+            }
+            retries -= 1;
+            let pause = retry_delay(core.ttl);
+            tokio::time::sleep(self.remaining().map_or(pause, |left| pause.min(left))).await;
+        }
+    }
+
+    /// A fenced write went unanswered: suspended until the watchdog confirms a renewal,
+    /// which it tries at once (the session's, for a hold that has no deadline of its
+    /// own).
+    fn write_failed(&self) {
+        let core = self.core();
+        let target = match &core.session {
+            Some(session) if !core.renewable() => session,
+            _ => &self.handle.core,
+        };
+        target.suspend(Instant::now());
+        self.handle.shared.wake.notify_one();
+    }
+
+    fn indeterminate(&self, resource: &str, attempts: u32) -> Error {
+        self.core()
+            .indeterminate
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        Error::WriteIndeterminate {
+            resource: resource.to_string(),
+            fence: self.fence(),
+            attempts,
         }
     }
 
@@ -535,6 +663,16 @@ impl Deref for Session {
 /// so that an absurdly short ttl does not spin the watchdog).
 pub(crate) fn period(ttl: Duration) -> Duration {
     (ttl / 3).max(Duration::from_millis(1))
+}
+
+/// How many `MOVED` / `ASK` replies a fenced write follows before giving up.
+const MAX_REDIRECTS: u32 = 4;
+
+/// `LEASE.RENEW key token ttl`.
+pub(crate) fn renew_cmd(key: &str, token: &str, ttl: Duration) -> Cmd {
+    let mut cmd = redis::cmd("LEASE.RENEW");
+    cmd.arg(key).arg(token).arg(ttl_ms(ttl));
+    cmd
 }
 
 /// A duration as the module's milliseconds.

@@ -13,9 +13,13 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::confirm::{self, Confirm, Confirmed};
 use crate::connection::{key_slot, Conn, Connect, Connection};
 use crate::error::{Error, Result};
-use crate::lease::{ttl_ms, Caps, Core, Lease, Session};
+use crate::fenced::{FenceConn, Unanswered};
+use crate::lease::{period, renew_cmd, ttl_ms, Caps, Core, Lease, Session};
+use crate::locks::{ReadWriteLock, Semaphore};
+use crate::sentinel::SentinelConnection;
 use crate::watchdog;
 
 /// How long a release sent in the background (a dropped lease, `close()`) may take.
@@ -40,6 +44,8 @@ pub struct Leases {
 pub(crate) struct Shared {
     pub(crate) conn: Conn,
     blocking: OnceLock<Box<dyn Connect>>,
+    /// Where fenced writes open their connection, when not through `blocking`.
+    fencing: OnceLock<Box<dyn Connect>>,
     registry: Mutex<Registry>,
     next_id: AtomicU64,
     pub(crate) wake: Arc<Notify>,
@@ -47,6 +53,8 @@ pub(crate) struct Shared {
     tasks: TaskTracker,
     runtime: OnceLock<Runtime>,
     pub(crate) stats: Arc<Stats>,
+    fenced: FenceConn,
+    confirm: OnceLock<Confirm>,
 }
 
 #[derive(Default)]
@@ -119,6 +127,22 @@ impl Shared {
         }
     }
 
+    /// One fenced write, sent once (see [`Lease::fence_call`]).
+    pub(crate) async fn send_fenced(
+        &self,
+        cmd: &redis::Cmd,
+        within: Option<Duration>,
+    ) -> std::result::Result<RedisResult<redis::Value>, Unanswered> {
+        let connect = self
+            .fencing
+            .get()
+            .or_else(|| self.blocking.get())
+            .map(|c| &**c);
+        self.fenced
+            .send_once(connect, &self.conn, cmd, within)
+            .await
+    }
+
     /// `LEASE.RELEASE key token` in a task of its own, never waited for here.
     pub(crate) fn release_in_background(&self, key: String, token: String) {
         let Some(runtime) = self.runtime.get() else {
@@ -147,6 +171,7 @@ impl Leases {
             shared: Arc::new(Shared {
                 conn: Conn::new(Box::new(conn)),
                 blocking: OnceLock::new(),
+                fencing: OnceLock::new(),
                 registry: Mutex::new(Registry::default()),
                 next_id: AtomicU64::new(1),
                 wake: Arc::new(Notify::new()),
@@ -154,6 +179,8 @@ impl Leases {
                 tasks: TaskTracker::new(),
                 runtime: OnceLock::new(),
                 stats: Arc::new(Stats::default()),
+                fenced: FenceConn::default(),
+                confirm: OnceLock::new(),
             }),
         }
     }
@@ -167,6 +194,26 @@ impl Leases {
         self
     }
 
+    /// Where fenced writes ([`Lease::fence_call`]) open their connection, instead of the
+    /// blocking client. For a cluster: a [`ClusterClient`] built with
+    /// `ClusterClientBuilder::retries(0)`. A cluster connection resends a request whose
+    /// connection failed as often as its client's retries allow (16 by default), and a
+    /// fenced write must not be resent behind the caller's back; without retries a
+    /// `MOVED` or `ASK` comes back as a reply (the write did not run), and `fence_call`
+    /// sends it again itself, at most 4 times. Set once; a second call is ignored.
+    pub fn fenced_writes_client(self, client: impl Connect) -> Leases {
+        let _ = self.shared.fencing.set(Box::new(client));
+        self
+    }
+
+    /// Confirm every grant and renewal of this client ([`Confirm`]: `WAIT` or `WAITAOF`
+    /// in the same pipeline), unless an acquire says otherwise ([`Acquire::confirm`]).
+    /// Set once; a second call is ignored.
+    pub fn confirm(self, confirm: Confirm) -> Leases {
+        let _ = self.shared.confirm.set(confirm);
+        self
+    }
+
     /// Leases on a [`ConnectionManager`] for `client`, with `client` for blocking
     /// acquires.
     pub async fn connect(client: redis::Client) -> RedisResult<Leases> {
@@ -177,9 +224,19 @@ impl Leases {
     /// Leases on a cluster connection from `client`, with `client` for blocking
     /// acquires. Keys bound together (a session and its holds, a resource and the keys
     /// its fenced command writes) must share a hash slot: use hash tags, `{job7}lock`.
+    /// Give fenced writes a client without retries ([`Leases::fenced_writes_client`]),
+    /// or a write whose node fails may be resent by the cluster connection.
     pub async fn connect_cluster(client: ClusterClient) -> RedisResult<Leases> {
         let conn = client.get_async_connection().await?;
         Ok(Leases::new(conn).blocking_client(client))
+    }
+
+    /// Leases on the master a set of Sentinels name ([`SentinelConnection`]), which the
+    /// watchdog asks again before every renewal round: the renewals follow a failover.
+    /// Blocking acquires and fenced writes open their connections to the master named
+    /// last.
+    pub fn connect_sentinel(conn: SentinelConnection) -> Leases {
+        Leases::new(conn.clone()).blocking_client(conn)
     }
 
     /// Starts an acquire of `key` for `ttl` (whole milliseconds; zero only with
@@ -198,6 +255,7 @@ impl Leases {
             owner: None,
             delay: None,
             caps: Caps::default(),
+            confirm: None,
         }
     }
 
@@ -229,6 +287,17 @@ impl Leases {
         E: From<Error>,
     {
         self.acquire(key, ttl).with_lease(body).await
+    }
+
+    /// A read/write lock on `key` ([`ReadWriteLock`]: `read()` shared, `write()`
+    /// exclusive).
+    pub fn read_write_lock(&self, key: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.clone(), key.into())
+    }
+
+    /// A semaphore of `permits` holds on `key` ([`Semaphore`]).
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> Semaphore {
+        Semaphore::new(self.clone(), key.into(), permits)
     }
 
     /// Starts an acquire of a session for `ttl`: a lease that holds bound with
@@ -338,9 +407,17 @@ pub struct Acquire<'a> {
     owner: Option<String>,
     delay: Option<Duration>,
     caps: Caps,
+    confirm: Option<Confirm>,
 }
 
 impl<'a> Acquire<'a> {
+    /// Confirm this grant and each of its renewals ([`Confirm`]), instead of the
+    /// client's setting ([`Leases::confirm`]).
+    pub fn confirm(mut self, confirm: Confirm) -> Self {
+        self.confirm = Some(confirm);
+        self
+    }
+
     /// Wait up to `timeout` for the key (`BLOCK`), first come first served; zero waits
     /// for ever. `Err(NotAcquired)` if the wait ends first. Runs on a connection of its
     /// own ([`Leases::blocking_client`]).
@@ -417,6 +494,11 @@ impl<'a> Acquire<'a> {
         if !lease.state().is_live() && lease.state() != crate::State::Released {
             // The server may hold it a moment longer than counted here: let it go.
             let _ = lease.release().await;
+            // A write whose outcome is unknown says more than the loss that followed it.
+            let indeterminate = lease.core_arc().indeterminate.load(Ordering::Relaxed);
+            if indeterminate && result.is_err() {
+                return result;
+            }
             return Err(lease.lost_error().into());
         }
         match lease.release().await {
@@ -471,15 +553,18 @@ impl<'a> Acquire<'a> {
             token: token.clone(),
             armed: true,
         };
+        let confirm = self.confirm.or_else(|| shared.confirm.get().copied());
         let mut sent = Instant::now();
-        let reply: RedisResult<Option<(String, u64)>> = match self.block {
+        type Granted = (Option<(String, u64)>, Option<RedisResult<Confirmed>>);
+        let reply: RedisResult<Granted> = match self.block {
             None => {
                 let mut conn = shared.conn.clone();
-                match cmd.query_async(&mut conn).await {
+                let cap = Some(period(self.ttl) / 2);
+                match confirm::query(&mut conn, &cmd, confirm.as_ref(), cap).await {
                     // A lost reply: the same token again is the idempotent retry.
                     Err(e) if transient(&e) => {
                         sent = Instant::now();
-                        cmd.query_async(&mut conn).await
+                        confirm::query(&mut conn, &cmd, confirm.as_ref(), cap).await
                     }
                     reply => reply,
                 }
@@ -491,12 +576,15 @@ impl<'a> Acquire<'a> {
                 };
                 let timeout = (!block.is_zero()).then(|| block + BLOCK_SLACK);
                 match connect.connect_blocking(timeout).await {
-                    Ok(conn) => cmd.query_async(&mut Conn::new(conn)).await,
+                    // The WAIT runs when the wait has ended, right after the grant.
+                    Ok(conn) => {
+                        confirm::query(&mut Conn::new(conn), &cmd, confirm.as_ref(), None).await
+                    }
                     Err(e) => Err(e),
                 }
             }
         };
-        let reply = match reply {
+        let (reply, mut confirmed) = match reply {
             Ok(reply) => reply,
             Err(e) => {
                 pending.armed = transient(&e);
@@ -512,17 +600,28 @@ impl<'a> Acquire<'a> {
             // reply: a renewal sent now dates the deadline.
             sent = Instant::now();
             let mut conn = shared.conn.clone();
-            let renewed: i64 = redis::cmd("LEASE.RENEW")
-                .arg(&self.key)
-                .arg(&token)
-                .arg(ttl_ms(self.ttl))
-                .query_async(&mut conn)
-                .await?;
+            let renew = renew_cmd(&self.key, &token, self.ttl);
+            let cap = Some(period(self.ttl) / 2);
+            let (renewed, again): (i64, _) =
+                confirm::query(&mut conn, &renew, confirm.as_ref(), cap).await?;
             if renewed != 1 {
                 pending.armed = false;
                 return Err(Error::LeaseLost { key: self.key });
             }
+            confirmed = again;
         }
+        let confirmed = match (confirm, confirmed) {
+            (Some(confirm), Some(Ok(confirmed))) if confirm.met(&confirmed) => Some(confirmed),
+            (Some(_), Some(Ok(confirmed))) => {
+                // Granted, not confirmed: released (by `pending`) and refused.
+                return Err(Error::NotConfirmed {
+                    key: self.key,
+                    confirmed,
+                });
+            }
+            (Some(_), Some(Err(e))) => return Err(Error::Redis(e)),
+            _ => None,
+        };
         pending.armed = false;
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let core = Arc::new(Core::new(
@@ -534,7 +633,9 @@ impl<'a> Acquire<'a> {
             sent,
             self.caps,
             self.session.clone(),
+            confirm,
         ));
+        core.set_confirmed(confirmed);
         let lease = Lease::new(Arc::clone(&core), Arc::clone(shared));
         if !leases.register(&core) {
             // close() ran meanwhile: this grant is lost with the others.

@@ -20,12 +20,15 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::RedisResult;
+use std::collections::HashMap;
+
+use redis::{FromRedisValue, RedisResult, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::confirm::Confirm;
 use crate::connection::Conn;
-use crate::lease::{period, ttl_ms, Core};
+use crate::lease::{period, renew_cmd, Core};
 use crate::leases::{groups, Shared, Stats};
 
 /// The least time between two tries of a failing renewal.
@@ -123,41 +126,82 @@ async fn round(conn: Conn, due: Vec<Arc<Core>>, stats: Arc<Stats>) {
         .unwrap_or(MIN_RETRY)
         .max(MIN_RETRY);
     let renewals = due.len() as u64;
-    let groups = groups(&conn, due);
+    // One pipeline per confirmation setting (its WAIT ends it), and per slot.
+    let mut by_confirm: HashMap<Option<Confirm>, Vec<Arc<Core>>> = HashMap::new();
+    for core in due {
+        by_confirm.entry(core.confirm).or_default().push(core);
+    }
+    let groups: Vec<(Option<Confirm>, Vec<Arc<Core>>)> = by_confirm
+        .into_iter()
+        .flat_map(|(confirm, cores)| {
+            groups(&conn, cores)
+                .into_iter()
+                .map(move |group| (confirm, group))
+        })
+        .collect();
     stats.update(|s| {
         s.rounds += 1;
         s.pipelines += groups.len() as u64;
         s.renewals += renewals;
     });
-    let sends = groups.into_iter().map(|group| {
+    let sends = groups.into_iter().map(|(confirm, group)| {
         let mut conn = conn.clone();
         let stats = Arc::clone(&stats);
         async move {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
             for core in &group {
-                pipe.cmd("LEASE.RENEW")
-                    .arg(&core.key)
-                    .arg(&core.token)
-                    .arg(ttl_ms(core.ttl));
+                pipe.add_command(renew_cmd(&core.key, &core.token, core.ttl));
             }
+            if let Some(confirm) = &confirm {
+                // In the same pipeline, never after the replies (see confirm.rs); half
+                // the round's time at most, so that its reply comes within the round.
+                confirm.append(&mut pipe, Some(timeout / 2));
+            }
+            let expected = group.len() + usize::from(confirm.is_some());
+            // Before asking where the master is: the deadline counts from here at the latest.
             let sent = Instant::now();
-            let replies = tokio::time::timeout(
-                timeout,
-                pipe.query_async::<Vec<RedisResult<i64>>>(&mut conn),
-            )
+            let replies = tokio::time::timeout(timeout, async {
+                conn.locate(timeout).await;
+                pipe.query_async::<Vec<RedisResult<Value>>>(&mut conn).await
+            })
             .await;
             match replies {
-                Ok(Ok(replies)) if replies.len() == group.len() => {
+                Ok(Ok(mut replies)) if replies.len() == expected => {
+                    let confirmed = match &confirm {
+                        Some(confirm) => {
+                            let waited = replies.pop().unwrap_or(Ok(Value::Nil));
+                            Some((confirm, confirm.read(waited)))
+                        }
+                        None => None,
+                    };
+                    let mut unconfirmed = Vec::new();
                     for (core, reply) in group.iter().zip(replies) {
-                        match reply {
-                            Ok(1) => core.confirm(sent, true),
+                        match reply.and_then(|v| i64::from_redis_value(v).map_err(Into::into)) {
+                            Ok(1) => match &confirmed {
+                                None => core.confirm(sent, true),
+                                Some((confirm, Ok(copies))) if confirm.met(copies) => {
+                                    core.confirm(sent, true);
+                                    core.set_confirmed(Some(*copies));
+                                }
+                                // Renewed on the primary alone: a failover now would
+                                // lose it, so it counts as lost.
+                                Some((_, Ok(_))) => {
+                                    core.mark_lost();
+                                    unconfirmed.push(Arc::clone(core));
+                                }
+                                // The WAIT itself failed: no answer on the copies.
+                                Some((_, Err(_))) => core.suspend(retry_at(core)),
+                            },
                             Ok(_) => core.renewal_refused(),
                             // The key now holds another type: the lease is gone.
                             Err(e) if e.code() == Some("WRONGTYPE") => core.renewal_refused(),
                             Err(_) => core.suspend(retry_at(core)),
                         }
                         core.sched().in_flight = false;
+                    }
+                    if !unconfirmed.is_empty() {
+                        release(&mut conn, &unconfirmed, timeout).await;
                     }
                 }
                 _ => {
@@ -171,6 +215,16 @@ async fn round(conn: Conn, due: Vec<Arc<Core>>, stats: Arc<Stats>) {
         }
     });
     futures_util::future::join_all(sends).await;
+}
+
+/// Releases leases this client counts as lost but the server may still hold.
+async fn release(conn: &mut Conn, cores: &[Arc<Core>], within: Duration) {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for core in cores {
+        pipe.cmd("LEASE.RELEASE").arg(&core.key).arg(&core.token);
+    }
+    let _ = tokio::time::timeout(within, pipe.query_async::<Vec<RedisResult<i64>>>(conn)).await;
 }
 
 fn retry_at(core: &Core) -> Instant {

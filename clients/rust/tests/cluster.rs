@@ -7,8 +7,12 @@ use std::collections::HashSet;
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use common::{key, lease_state, slot, Cluster};
+use common::{
+    command_calls, fenced_write_across_a_restart, held_again_and_renewed, key, lease_state, slot,
+    Cluster,
+};
 use futures_util::future::join_all;
+use redis::cluster::ClusterClientBuilder;
 use redis_lease_client::{Error, Leases, State};
 
 for_each_server!(cluster_with_hash_tags, |flavor| {
@@ -102,3 +106,48 @@ for_each_server!(cluster_with_hash_tags, |flavor| {
     other.close().await;
     assert!(held.iter().skip(2).all(|l| l.state() == State::Lost));
 });
+
+for_each_server!(
+    cluster_fenced_write_is_not_resent_across_a_node_restart,
+    |flavor| {
+        // Durable nodes: the lease and the resource record survive the restart.
+        let mut cluster =
+            Cluster::start_with(flavor, &[("appendonly", "yes"), ("appendfsync", "always")]).await;
+        let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.url()).collect();
+        // Fenced writes through a cluster client without retries: never resent. (With
+        // the default client, 16 retries, this test fails: the write runs on the
+        // restarted node.)
+        let fenced = ClusterClientBuilder::new(nodes).retries(0).build().unwrap();
+        let leases = Leases::connect_cluster(cluster.client())
+            .await
+            .unwrap()
+            .fenced_writes_client(fenced);
+        let k = format!("{{w}}{}", key(flavor, "restart"));
+        let resource = format!("{{w}}fence:{k}");
+        let log = format!("{{w}}log:{k}");
+        let lease = leases.acquire(&k, Duration::from_secs(5)).await.unwrap();
+        let _: u64 = lease
+            .fence_call(&resource, &redis::Cmd::new())
+            .await
+            .unwrap();
+        let write = redis::cmd("RPUSH").arg(&log).arg("x".repeat(2000)).clone();
+        let node = cluster.node_for_mut(&k);
+        let outcome = fenced_write_across_a_restart(node, &lease, &resource, write, 0).await;
+        assert!(
+            matches!(outcome, Err(Error::WriteIndeterminate { attempts: 1, .. })),
+            "{outcome:?}"
+        );
+        held_again_and_renewed(&lease).await;
+        // Never sent again: the restarted node ran no fenced write, the list is empty.
+        let mut admin = cluster.node_for(&k).admin().await;
+        assert_eq!(command_calls(&mut admin, "lease.fence").await, 0);
+        let len: i64 = redis::cmd("LLEN")
+            .arg(&log)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(len, 0);
+        lease.release().await.unwrap();
+        leases.close().await;
+    }
+);
