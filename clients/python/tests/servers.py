@@ -43,6 +43,12 @@ FLAVORS: Dict[str, tuple] = {
 }
 
 
+SERVERS_ENV_HINT = (
+    "set LEASE_REDIS7_SERVER, LEASE_REDIS8_SERVER, LEASE_VALKEY8_SERVER or "
+    "LEASE_VALKEY9_SERVER (see tests/servers.py)"
+)
+
+
 def selected() -> Dict[str, str]:
     """name -> server binary, for every server the suite runs on."""
     chosen = {name: os.environ.get(var, "") for name, (var, _) in FLAVORS.items()}

@@ -104,9 +104,7 @@ class Lease(LeaseCore):
         sent_at = _clock()
         reply = await self._owner.client.execute_command("LEASE.RENEW", self.key, self.token, ttl)
         if ttl_ms is not None:
-            self.ttl_ms = ttl
-            self._interval = ttl / 1000 / 3
-            self._renewing = ttl > 0
+            self._retune(ttl, sent_at)
         Tracker.apply([(self, ttl)], [reply], sent_at, _clock())
         if self._state not in ACTIVE:
             raise self._lost_error()

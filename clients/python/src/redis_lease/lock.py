@@ -1,0 +1,293 @@
+"""``redis_lease.Lock``: redis-py's ``Lock`` interface over a lease, for
+``r.lock(name, timeout=..., lock_class=redis_lease.Lock)``.
+
+The constructor, ``acquire``, ``release``, ``extend``, ``reacquire``, ``locked``,
+``owned``, the context manager and the exceptions (subclasses of redis-py's
+``LockError`` and ``LockNotOwnedError``) are redis-py's. Underneath, each hold is a
+:class:`~redis_lease.Lease`: a lock without ``timeout`` is renewed by the client's
+watchdog until released (redis-py's never expires at all), a lock with ``timeout``
+expires after it unless extended (as redis-py's), a blocking ``acquire`` waits in the
+module's first-come-first-served queue instead of polling, and :attr:`Lock.fence` is the
+fencing token of the current hold. Options redis-py's ``lock()`` does not pass go
+through ``functools.partial``::
+
+    lock_class = functools.partial(redis_lease.Lock, lease_ttl=10, replicas=1)
+    with r.lock("report", lock_class=lock_class) as lock:
+        lock.lease.fence_call("fence:report", "SET", "report", "done")
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from types import SimpleNamespace, TracebackType
+from typing import Any, Optional, Type, Union
+
+from redis.exceptions import LockError as RedisLockError
+from redis.exceptions import LockNotOwnedError as RedisLockNotOwnedError
+from redis.exceptions import ResponseError
+
+from ._core import ACTIVE, info_fields, is_wrongtype, new_token
+from ._errors import LeaseError, LeaseLost, NotAcquired
+from ._sync import Lease, Leases
+
+__all__ = ["Lock", "LockError", "LockNotOwnedError", "leases_for"]
+
+Number = Union[int, float]
+
+#: The ttl of a lock without ``timeout``: renewed by the watchdog every third of it.
+DEFAULT_LEASE_TTL = 30.0
+
+
+class LockError(RedisLockError, LeaseError):
+    """redis-py's ``LockError`` (a ``ValueError`` too), raised by :class:`Lock`."""
+
+    def __init__(self, message: Optional[str] = None, lock_name: Any = None) -> None:
+        # Set here: redis-py 5's LockError takes no lock_name.
+        Exception.__init__(self, message)
+        self.message = message
+        self.lock_name = lock_name
+
+
+class LockNotOwnedError(RedisLockNotOwnedError, LockError):
+    """redis-py's ``LockNotOwnedError``: the lock is no longer held by this token."""
+
+
+# One Leases (one watchdog) per client object. It refers to the client weakly, so the
+# registry does not keep a client alive; the Leases closes when the client goes.
+_registry: weakref.WeakKeyDictionary[Any, Leases] = weakref.WeakKeyDictionary()
+_registry_lock = threading.Lock()
+
+
+def leases_for(client: Any) -> Leases:
+    """The :class:`~redis_lease.Leases` that :class:`Lock` uses for this redis-py client
+    (one per client object, created on first use)."""
+    with _registry_lock:
+        leases = _registry.get(client)
+        if leases is None:
+            leases = Leases(weakref.proxy(client))
+            _registry[client] = leases
+            weakref.finalize(client, leases.close)
+        return leases
+
+
+class _Local(threading.local):
+    # Class attributes: every thread starts with no token and no lease.
+    token: Optional[bytes] = None
+    lease: Optional[Lease] = None
+
+
+def _ms(seconds: Number, what: str) -> int:
+    ms = int(seconds * 1000)
+    if ms < 1:
+        raise LockError(f"{what} must be at least 1 ms")
+    return ms
+
+
+class Lock:
+    """A lock with redis-py's ``Lock`` interface, backed by a lease (see the module's
+    documentation). ``lease_ttl`` (seconds), ``replicas``, ``replica_timeout`` and
+    ``owner`` are extras, keyword-only: the lease's ttl when ``timeout`` is None, the
+    replicas that must confirm the grant and each renewal (``WAIT``), and the label
+    ``LEASE.INFO`` shows."""
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        timeout: Optional[Number] = None,
+        sleep: Number = 0.1,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        lease_ttl: Number = DEFAULT_LEASE_TTL,
+        replicas: Optional[int] = None,
+        replica_timeout: Optional[Number] = None,
+        owner: Optional[Union[str, bytes]] = None,
+    ) -> None:
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        #: Accepted for redis-py's signature; unused: a blocking acquire waits on the
+        #: server (LEASE.ACQUIRE BLOCK), first come first served, instead of polling.
+        self.sleep = sleep
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.lease_ttl = lease_ttl
+        self.replicas = replicas
+        self.replica_timeout = replica_timeout
+        self.owner = owner
+        self.local: Any = _Local() if self.thread_local else SimpleNamespace(token=None, lease=None)
+        if timeout is not None:
+            _ms(timeout, "timeout")
+        self.leases = leases_for(redis)
+
+    # -- redis-py's interface ------------------------------------------------------------
+
+    def __enter__(self) -> Lock:
+        if self.acquire():
+            return self
+        raise LockError("Unable to acquire lock within the time specified", lock_name=self.name)
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+
+    def acquire(
+        self,
+        sleep: Optional[Number] = None,
+        blocking: Optional[bool] = None,
+        blocking_timeout: Optional[Number] = None,
+        token: Optional[Union[str, bytes]] = None,
+    ) -> bool:
+        """Take the lock: True once held. ``blocking=False`` tries once;
+        ``blocking_timeout`` (seconds) bounds the wait, None waits as long as it takes.
+        ``token`` is the holder's token (default: 128 random bits)."""
+        del sleep  # see self.sleep
+        encoded = self.redis.get_encoder().encode(token if token is not None else new_token())
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        block_ms: Optional[int] = None
+        if blocking:
+            block_ms = 0 if blocking_timeout is None else int(blocking_timeout * 1000)
+            if block_ms <= 0 and blocking_timeout is not None:
+                block_ms = None  # a zero wait is one try (BLOCK 0 would wait forever)
+        if self.timeout is None:
+            ttl_ms, renewals = _ms(self.lease_ttl, "lease_ttl"), None
+        else:
+            ttl_ms, renewals = _ms(self.timeout, "timeout"), 0
+        try:
+            lease = self.leases.acquire(
+                self.name,
+                ttl_ms,
+                token=encoded,
+                block_ms=block_ms,
+                owner=self.owner,
+                max_renewals=renewals,
+                replicas=self.replicas,
+                replica_timeout_ms=None
+                if self.replica_timeout is None
+                else _ms(self.replica_timeout, "replica_timeout"),
+            )
+        except NotAcquired:
+            return False
+        except ResponseError as e:
+            if is_wrongtype(e):
+                raise LockError(
+                    f"{self.name!r} holds a value of another type: {e}", lock_name=self.name
+                ) from e
+            raise
+        except LeaseLost as e:  # an unconfirmed grant (replicas) or lost at once
+            raise LockError(str(e), lock_name=self.name) from e
+        self.local.token = encoded
+        self.local.lease = lease
+        return True
+
+    def locked(self) -> bool:
+        """True if anyone holds the lock (``LEASE.INFO``: held, or in a lock-delay) or the
+        key holds another type."""
+        try:
+            reply = self.redis.execute_command("LEASE.INFO", self.name)
+        except ResponseError as e:
+            if is_wrongtype(e):
+                return True
+            raise
+        return reply is not None and info_fields(reply).get("state") != "free"
+
+    def owned(self) -> bool:
+        """True if this lock holds it: held here, and ``LEASE.INFO`` shows an exclusive
+        hold with this hold's fence (the token is never shown; a fence is issued once)."""
+        lease: Optional[Lease] = self.local.lease
+        if lease is None or lease.state not in ACTIVE:
+            return False
+        try:
+            reply = self.redis.execute_command("LEASE.INFO", self.name)
+        except ResponseError as e:
+            if is_wrongtype(e):
+                return False
+            raise
+        if reply is None:
+            return False
+        fields = info_fields(reply)
+        return fields.get("state") == "held" and fields.get("fence") == lease.fence
+
+    def release(self) -> None:
+        """Release the lock. ``LockError`` if this lock does not hold it here,
+        ``LockNotOwnedError`` if it was held and no longer is (expired or taken)."""
+        lease: Optional[Lease] = self.local.lease
+        if self.local.token is None or lease is None:
+            raise LockError(
+                "Cannot release a lock that's not owned or is already unlocked.",
+                lock_name=self.name,
+            )
+        self.local.token = None
+        self.local.lease = None
+        if not lease.release():
+            raise LockNotOwnedError(
+                "Cannot release a lock that's no longer owned", lock_name=self.name
+            )
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Add ``additional_time`` seconds to the time left (``replace_ttl``: make it the
+        time left). Only for a lock with ``timeout``."""
+        lease = self._held("extend")
+        if replace_ttl:
+            ttl_ms = _ms(additional_time, "additional_time")
+        else:
+            left = lease.deadline_in or 0.0
+            ttl_ms = _ms(max(left, 0.0) + additional_time, "the extended time")
+        return self._renew(lease, ttl_ms, "extend")
+
+    def reacquire(self) -> bool:
+        """Reset the time left to ``timeout``. Only for a lock with ``timeout``."""
+        lease = self._held("reacquire")
+        assert self.timeout is not None
+        return self._renew(lease, _ms(self.timeout, "timeout"), "reacquire")
+
+    # -- the lease -----------------------------------------------------------------------
+
+    @property
+    def lease(self) -> Optional[Lease]:
+        """The current hold (None when not held here): ``lock.lease.fence_call(...)``
+        sends a fenced write, ``lock.lease.lost`` is set if the lease is lost."""
+        return self.local.lease
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of the current hold (None when not held here)."""
+        lease = self.local.lease
+        return None if lease is None else lease.fence
+
+    def _held(self, verb: str) -> Lease:
+        lease: Optional[Lease] = self.local.lease
+        if self.local.token is None or lease is None:
+            raise LockError(f"Cannot {verb} an unlocked lock", lock_name=self.name)
+        if self.timeout is None:
+            raise LockError(f"Cannot {verb} a lock with no timeout", lock_name=self.name)
+        return lease
+
+    def _renew(self, lease: Lease, ttl_ms: int, verb: str) -> bool:
+        try:
+            lease.renew(ttl_ms)
+        except LeaseLost as e:
+            raise LockNotOwnedError(
+                f"Cannot {verb} a lock that's no longer owned", lock_name=self.name
+            ) from e
+        return True
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} fence={self.fence}>"
