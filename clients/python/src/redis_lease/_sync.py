@@ -108,16 +108,13 @@ class Lease(LeaseCore):
         ttl = self.ttl_ms if ttl_ms is None else check_ttl(ttl_ms, self.bound)
         sent_at = _clock()
         command = ("LEASE.RENEW", self.key, self.token, ttl)
-        waits = [] if self._confirm_with is None else [self._confirm_with.command()]
-        reply, *waited = self._owner._round(self.key, [command, *waits])
+        reply, waited = self._owner._call(self.key, command, self._confirm_with)
         if isinstance(reply, BaseException) and not is_wrongtype(reply):
             raise reply
         with self._owner._lock:
             if ttl_ms is not None:
                 self._retune(ttl, sent_at)
-            Tracker.apply(
-                [(self, ttl)], [reply], sent_at, _clock(), [waited[0] if waited else None]
-            )
+            Tracker.apply([(self, ttl)], [reply], sent_at, _clock(), [waited])
             if self._state not in ACTIVE:
                 raise self._lost_error()
 
@@ -648,12 +645,9 @@ class Leases:
         args = acquire_args(key, ttl_ms, token, block_ms, shared, limit, bind, owner, delay_ms)
         sent_at = _clock()
         try:
-            if confirm is None:
-                reply = self.client.execute_command(*args)
-            else:
-                reply, waited = self._round(key, [tuple(args), confirm.command()])
-                if isinstance(reply, BaseException):
-                    raise reply
+            reply, waited = self._call(key, tuple(args), confirm)
+            if isinstance(reply, BaseException):
+                raise reply
         except ResponseError:
             raise
         except Exception:
@@ -685,18 +679,17 @@ class Leases:
         # than the request; confirm it with a renewal sent now.
         if _clock() - sent_at > lease._interval and ttl_ms:
             renew_at = _clock()
-            waits = [] if confirm is None else [confirm.command()]
             try:
-                renewed, *waited = self._round(key, [("LEASE.RENEW", key, token, ttl_ms), *waits])
+                renewed, waited = self._call(key, ("LEASE.RENEW", key, token, ttl_ms), confirm)
             except Exception as e:
-                renewed, waited = e, [e]
+                renewed, waited = e, e
             with self._lock:
                 Tracker.apply(
                     [(lease, ttl_ms)],
                     [renewed],
                     renew_at,
                     _clock(),
-                    [waited[0] if waited else None],
+                    [waited],
                 )
                 lease._renewals = 0
         with self._lock:
@@ -705,16 +698,25 @@ class Leases:
             self._track(lease)
         return lease
 
-    def _round(self, key: KeyT, commands: List[Tuple[Any, ...]]) -> List[Any]:
-        """The commands in one pipelined round trip (no transaction) to the server that
-        holds ``key``: a reply or an exception for each."""
+    def _call(
+        self, key: KeyT, command: Tuple[Any, ...], confirm: Optional[Confirm]
+    ) -> Tuple[Any, Any]:
+        """The command's reply (or its ResponseError) and, with ``confirm``, the reply of
+        the WAIT/WAITAOF sent after it in the same pipelined round trip to the server
+        that holds ``key`` (else None)."""
+        if confirm is None:
+            try:
+                return self.client.execute_command(*command), None
+            except ResponseError as e:
+                return e, None
         client = self.client
         if _is_cluster(client):
             client = client.get_redis_connection(client.get_node_from_key(key))
         pipe = client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
-        return list(pipe.execute(raise_on_error=False))
+        pipe.execute_command(*command)
+        pipe.execute_command(*confirm.command())
+        reply, waited = pipe.execute(raise_on_error=False)
+        return reply, waited
 
     def _release_quietly(self, key: KeyT, token: KeyT) -> None:
         # Best effort: without it the hold ends at its ttl.

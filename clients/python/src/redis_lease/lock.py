@@ -28,7 +28,7 @@ from redis.exceptions import LockNotOwnedError as RedisLockNotOwnedError
 from redis.exceptions import ResponseError
 
 from ._core import ACTIVE, info_fields, is_wrongtype, new_token
-from ._errors import LeaseError, LeaseLost, NotAcquired
+from ._errors import LeaseError, LeaseLost, NotAcquired, NotConfirmed
 from ._sync import Lease, Leases
 
 __all__ = ["Lock", "LockError", "LockNotOwnedError", "leases_for"]
@@ -191,7 +191,7 @@ class Lock:
                     f"{self.name!r} holds a value of another type: {e}", lock_name=self.name
                 ) from e
             raise
-        except LeaseLost as e:  # an unconfirmed grant (replicas) or lost at once
+        except (LeaseLost, NotConfirmed) as e:  # too few replicas, or lost at once
             raise LockError(str(e), lock_name=self.name) from e
         self.local.token = encoded
         self.local.lease = lease
