@@ -21,6 +21,7 @@ from ._errors import (
     StaleFence,
     WriteIndeterminate,
 )
+from ._named import ReadWriteLock, Semaphore
 from ._sync import Lease, Leases, Session
 from .lock import Lock, LockError, LockNotOwnedError
 
@@ -34,6 +35,8 @@ __all__ = [
     "LockNotOwnedError",
     "NotAcquired",
     "NotConfirmed",
+    "ReadWriteLock",
+    "Semaphore",
     "Session",
     "StaleFence",
     "State",

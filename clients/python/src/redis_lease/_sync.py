@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from types import TracebackType
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, cast
 
 from redis.backoff import NoBackoff
 from redis.connection import Connection, SSLConnection
@@ -43,10 +44,12 @@ from ._core import (
     unconfirmed_grant,
 )
 from ._errors import LeaseLost, NotAcquired, WriteIndeterminate
+from ._named import ReadWriteLock, Semaphore
 
 __all__ = ["Lease", "Leases", "Session"]
 
 _clock = time.monotonic
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _is_cluster(client: Any) -> bool:
@@ -585,6 +588,34 @@ class Leases:
             self.replica_timeout_ms if timeout_ms is None else timeout_ms,
             self.waitaof if aof is None else aof,
         )
+
+    def locked(self, key: KeyT, ttl_ms: int, **options: Any) -> Callable[[F], F]:
+        """A decorator: the function runs holding the lease (``with
+        leases.acquire(key, ttl_ms, **options)``); :class:`NotAcquired` when it is not
+        granted, :class:`LeaseLost` when it was lost while the function ran.
+
+            @leases.locked("lock:nightly", 60_000, block_ms=0)
+            def nightly(): ...
+        """
+
+        def decorate(fn: F) -> F:
+            @functools.wraps(fn)
+            def held(*args: Any, **kwargs: Any) -> Any:
+                with self.acquire(key, ttl_ms, **options):
+                    return fn(*args, **kwargs)
+
+            return cast(F, held)
+
+        return decorate
+
+    def rwlock(self, key: KeyT, ttl_ms: int, **options: Any) -> ReadWriteLock:
+        """A :class:`ReadWriteLock` on ``key``: ``read()`` shared, ``write()`` exclusive
+        (``options``: ``Leases.acquire``'s, for every hold)."""
+        return ReadWriteLock(self, key, ttl_ms, **options)
+
+    def semaphore(self, key: KeyT, permits: int, ttl_ms: int, **options: Any) -> Semaphore:
+        """A :class:`Semaphore` with ``permits`` on ``key``: ``acquire()`` takes one."""
+        return Semaphore(self, key, permits, ttl_ms, **options)
 
     def session(
         self,

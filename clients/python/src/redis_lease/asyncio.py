@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import math
 import time
 from types import TracebackType
-from typing import Any, Dict, Generator, List, Optional, Tuple, Type
+from typing import Any, Callable, Dict, Generator, List, Optional, Tuple, Type, TypeVar, cast
 
 from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.retry import Retry
@@ -56,6 +58,7 @@ from ._errors import (
     StaleFence,
     WriteIndeterminate,
 )
+from ._named import ReadWriteLock, Semaphore
 
 __all__ = [
     "Lease",
@@ -64,6 +67,8 @@ __all__ = [
     "Leases",
     "NotAcquired",
     "NotConfirmed",
+    "ReadWriteLock",
+    "Semaphore",
     "Session",
     "StaleFence",
     "State",
@@ -71,6 +76,7 @@ __all__ = [
 ]
 
 _clock = time.monotonic
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 async def _pause(delay: float, left: Optional[float]) -> None:
@@ -352,6 +358,37 @@ class Leases:
         if confirm is not None and _is_cluster(self.client):
             raise ValueError("confirmed grants need the sync client on a cluster")
         return confirm
+
+    def locked(self, key: KeyT, ttl_ms: int, **options: Any) -> Callable[[F], F]:
+        """A decorator: the coroutine function runs holding the lease (``async with
+        leases.acquire(key, ttl_ms, **options)``); :class:`NotAcquired` when it is not
+        granted, :class:`LeaseLost` when it was lost while the function ran.
+
+            @leases.locked("lock:nightly", 60_000, block_ms=0)
+            async def nightly(): ...
+        """
+
+        def decorate(fn: F) -> F:
+            if not inspect.iscoroutinefunction(fn):
+                raise TypeError("redis_lease.asyncio: locked() decorates coroutine functions")
+
+            @functools.wraps(fn)
+            async def held(*args: Any, **kwargs: Any) -> Any:
+                async with self.acquire(key, ttl_ms, **options):
+                    return await fn(*args, **kwargs)
+
+            return cast(F, held)
+
+        return decorate
+
+    def rwlock(self, key: KeyT, ttl_ms: int, **options: Any) -> ReadWriteLock:
+        """A :class:`ReadWriteLock` on ``key``: ``read()`` shared, ``write()`` exclusive
+        (``options``: ``Leases.acquire``'s, for every hold)."""
+        return ReadWriteLock(self, key, ttl_ms, **options)
+
+    def semaphore(self, key: KeyT, permits: int, ttl_ms: int, **options: Any) -> Semaphore:
+        """A :class:`Semaphore` with ``permits`` on ``key``: ``acquire()`` takes one."""
+        return Semaphore(self, key, permits, ttl_ms, **options)
 
     def session(
         self,
