@@ -534,6 +534,9 @@ class Leases:
         self._closed = False
         self._endpoints: Dict[Any, _Endpoint] = {}
         self._endpoints_lock = threading.Lock()
+        # The watchdog thread ends when no lease is left, and the next lease starts
+        # another (redis_lease.Lock's shared Leases, which nobody closes).
+        self._stop_when_idle = False
         #: Renewal batches sent (one pipelined round trip per server each).
         self.batches = 0
 
@@ -779,7 +782,10 @@ class Leases:
         self._cond.notify_all()
 
     def _forget(self, lease: LeaseCore) -> None:
+        # Called with the lock held.
         self._tracker.discard(lease)
+        if self._stop_when_idle and not self._tracker:
+            self._cond.notify_all()
 
     def _wake(self) -> None:
         self._cond.notify_all()
@@ -788,6 +794,13 @@ class Leases:
         while True:
             with self._cond:
                 if self._closed:
+                    return
+                if self._stop_when_idle and not self._tracker:
+                    # Under the lock: a new watchdog cannot start before this is done.
+                    self._thread = None
+                    with self._endpoints_lock:
+                        for endpoint in self._endpoints.values():
+                            endpoint.close()  # reconnects on next use
                     return
                 now = _clock()
                 self._tracker.expire(now)

@@ -55,6 +55,7 @@ class LockNotOwnedError(RedisLockNotOwnedError, LockError):
 
 # One Leases (one watchdog) per client object. It refers to the client weakly, so the
 # registry does not keep a client alive; the Leases closes when the client goes.
+# Its watchdog thread runs only while a lock is held.
 _registry: weakref.WeakKeyDictionary[Any, Leases] = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
 
@@ -66,6 +67,7 @@ def leases_for(client: Any) -> Leases:
         leases = _registry.get(client)
         if leases is None:
             leases = Leases(weakref.proxy(client))
+            leases._stop_when_idle = True  # no thread is left once no lock is held
             _registry[client] = leases
             weakref.finalize(client, leases.close)
         return leases
