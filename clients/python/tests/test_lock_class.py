@@ -116,3 +116,20 @@ def test_a_fenced_write_through_the_lock(r, key):
     with lock(r, key) as held:
         assert held.lease.fence_call(f"{key}:resource", "SET", f"{key}:value", "v") in ("OK", b"OK")
     assert r.get(f"{key}:value") == "v"
+
+
+def test_a_wait_longer_than_the_socket_timeout_waits_in_steps(server, key):
+    # redis-py's lock waits as long as it takes by default; so does this one, in
+    # steps within the client's socket timeout instead of ending in a TimeoutError.
+    short = server.client(socket_timeout=0.5)
+    try:
+        holder = lock(short, key, timeout=1.5)
+        assert holder.acquire(blocking=False)
+        waiter = lock(short, key)
+        start = time.monotonic()
+        assert waiter.acquire()  # after the holder's 1.5 s, three socket timeouts
+        assert time.monotonic() - start >= 1.0
+        assert waiter.owned()
+        waiter.release()
+    finally:
+        short.close()

@@ -18,7 +18,9 @@ through ``functools.partial``::
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 import weakref
 from types import SimpleNamespace, TracebackType
 from typing import Any, Optional, Type, Union
@@ -77,6 +79,16 @@ class _Local(threading.local):
     # Class attributes: every thread starts with no token and no lease.
     token: Optional[bytes] = None
     lease: Optional[Lease] = None
+
+
+def _socket_timeout(client: Any) -> Optional[float]:
+    """The client's socket timeout in seconds (None: none, or not known)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:  # RedisCluster
+        pool = getattr(client, "nodes_manager", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    timeout = kwargs.get("socket_timeout")
+    return float(timeout) if timeout else None
 
 
 def _ms(seconds: Number, what: str) -> int:
@@ -163,30 +175,30 @@ class Lock:
             blocking = self.blocking
         if blocking_timeout is None:
             blocking_timeout = self.blocking_timeout
-        block_ms: Optional[int] = None
+        wait: Optional[float] = None  # seconds; None: one try
         if blocking:
-            block_ms = 0 if blocking_timeout is None else int(blocking_timeout * 1000)
-            if block_ms <= 0 and blocking_timeout is not None:
-                block_ms = None  # a zero wait is one try (BLOCK 0 would wait forever)
-        if self.timeout is None:
-            ttl_ms, renewals = _ms(self.lease_ttl, "lease_ttl"), None
-        else:
-            ttl_ms, renewals = _ms(self.timeout, "timeout"), 0
+            wait = math.inf if blocking_timeout is None else float(blocking_timeout)
+        stop = time.monotonic() + (wait or 0.0)
+        # A wait longer than the client's socket timeout would end in a TimeoutError:
+        # wait in steps within it (each step joins the queue again, at its end).
+        step = _socket_timeout(self.redis)
+        step_ms = None if step is None else max(int(step * 1000 * 0.8), 1)
         try:
-            lease = self.leases.acquire(
-                self.name,
-                ttl_ms,
-                token=encoded,
-                block_ms=block_ms,
-                owner=self.owner,
-                max_renewals=renewals,
-                replicas=self.replicas,
-                replica_timeout_ms=None
-                if self.replica_timeout is None
-                else _ms(self.replica_timeout, "replica_timeout"),
-            )
-        except NotAcquired:
-            return False
+            while True:
+                block_ms = None
+                left = 0.0 if wait is None else stop - time.monotonic()
+                if math.isinf(left):
+                    block_ms = 0 if step_ms is None else step_ms  # BLOCK 0: no end
+                elif left * 1000 >= 1:
+                    block_ms = int(left * 1000)
+                    if step_ms is not None:
+                        block_ms = min(block_ms, step_ms)
+                try:
+                    lease = self._acquire(encoded, block_ms)
+                    break
+                except NotAcquired:
+                    if block_ms is None or time.monotonic() >= stop:
+                        return False
         except ResponseError as e:
             if is_wrongtype(e):
                 raise LockError(
@@ -198,6 +210,25 @@ class Lock:
         self.local.token = encoded
         self.local.lease = lease
         return True
+
+    def _acquire(self, token: bytes, block_ms: Optional[int]) -> Lease:
+        if self.timeout is None:
+            ttl_ms, renewals = _ms(self.lease_ttl, "lease_ttl"), None
+        else:
+            ttl_ms, renewals = _ms(self.timeout, "timeout"), 0
+        replica_timeout = self.replica_timeout
+        return self.leases.acquire(
+            self.name,
+            ttl_ms,
+            token=token,
+            block_ms=block_ms,
+            owner=self.owner,
+            max_renewals=renewals,
+            replicas=self.replicas,
+            replica_timeout_ms=None
+            if replica_timeout is None
+            else _ms(replica_timeout, "replica_timeout"),
+        )
 
     def locked(self) -> bool:
         """True if anyone holds the lock (``LEASE.INFO``: held, or in a lock-delay) or the
