@@ -65,6 +65,7 @@ __all__ = [
     "LeaseError",
     "LeaseLost",
     "Leases",
+    "Lock",
     "NotAcquired",
     "NotConfirmed",
     "ReadWriteLock",
@@ -304,6 +305,9 @@ class Leases:
         self._idle: Dict[Any, List[Tuple[Any, Any]]] = {}
         # A fenced write met READONLY: ask the Sentinels before the next one.
         self._master_stale = False
+        # The watchdog task ends when no lease is left, and the next lease starts
+        # another (redis_lease.asyncio.Lock's shared Leases, which nobody closes).
+        self._stop_when_idle = False
         #: Renewal batches sent.
         self.batches = 0
 
@@ -526,6 +530,8 @@ class Leases:
 
     def _forget(self, lease: LeaseCore) -> None:
         self._tracker.discard(lease)
+        if self._stop_when_idle and not self._tracker:
+            self._wake()
 
     def _wake(self) -> None:
         if self._waiter is not None:
@@ -533,6 +539,10 @@ class Leases:
 
     async def _run(self) -> None:
         while not self._closed:
+            if self._stop_when_idle and not self._tracker:
+                self._task = None  # the next lease starts another
+                await self._drop_idle()
+                return
             now = _clock()
             self._tracker.expire(now)
             batch = self._tracker.due(now)
@@ -749,6 +759,10 @@ class Leases:
                 pass
         for lease in remaining:
             lease._lose("Leases.close() was called while it was held")
+        await self._drop_idle()
+
+    async def _drop_idle(self) -> None:
+        """Disconnect the fenced writes' idle connections."""
         idle, self._idle = self._idle, {}
         for conns in idle.values():
             for conn, _address in conns:
@@ -810,3 +824,7 @@ async def _within(awaitable: Any, timeout: float) -> Optional[asyncio.Future[Any
     with contextlib.suppress(BaseException):
         await task
     return None
+
+
+# Last: redis_lease.asyncio.Lock builds on this module's Leases.
+from ._aiolock import Lock  # noqa: E402

@@ -23,7 +23,7 @@ import threading
 import time
 import weakref
 from types import SimpleNamespace, TracebackType
-from typing import Any, Optional, Type, Union
+from typing import Any, Dict, Iterator, Optional, Type, Union
 
 from redis.exceptions import LockError as RedisLockError
 from redis.exceptions import LockNotOwnedError as RedisLockNotOwnedError
@@ -56,23 +56,32 @@ class LockNotOwnedError(RedisLockNotOwnedError, LockError):
 
 
 # One Leases (one watchdog) per client object. It refers to the client weakly, so the
-# registry does not keep a client alive; the Leases closes when the client goes.
-# Its watchdog thread runs only while a lock is held.
-_registry: weakref.WeakKeyDictionary[Any, Leases] = weakref.WeakKeyDictionary()
+# registry does not keep a client alive; the sync Leases closes when the client goes.
+# Its watchdog (thread or task) runs only while a lock is held.
+_registry: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
 
 
-def leases_for(client: Any) -> Leases:
-    """The :class:`~redis_lease.Leases` that :class:`Lock` uses for this redis-py client
-    (one per client object, created on first use)."""
+def leases_for(client: Any) -> Any:
+    """The ``Leases`` that :class:`Lock` (or ``redis_lease.asyncio.Lock``) uses for this
+    redis-py client: one per client object, created on first use."""
     with _registry_lock:
         leases = _registry.get(client)
         if leases is None:
-            leases = Leases(weakref.proxy(client))
-            leases._stop_when_idle = True  # no thread is left once no lock is held
+            if _is_asyncio(client):
+                from .asyncio import Leases as AsyncLeases
+
+                leases = AsyncLeases(weakref.proxy(client))
+            else:
+                leases = Leases(weakref.proxy(client))
+                weakref.finalize(client, leases.close)
+            leases._stop_when_idle = True  # no watchdog is left once no lock is held
             _registry[client] = leases
-            weakref.finalize(client, leases.close)
         return leases
+
+
+def _is_asyncio(client: Any) -> bool:
+    return type(client).__module__.startswith("redis.asyncio")
 
 
 class _Local(threading.local):
@@ -98,12 +107,9 @@ def _ms(seconds: Number, what: str) -> int:
     return ms
 
 
-class Lock:
-    """A lock with redis-py's ``Lock`` interface, backed by a lease (see the module's
-    documentation). ``lease_ttl`` (seconds), ``replicas``, ``replica_timeout`` and
-    ``owner`` are extras, keyword-only: the lease's ttl when ``timeout`` is None, the
-    replicas that must confirm the grant and each renewal (``WAIT``), and the label
-    ``LEASE.INFO`` shows."""
+class _LockBase:
+    """What the sync and the asyncio ``Lock`` share: redis-py's constructor, the state
+    of the current hold (``local``), and every decision that needs no round trip."""
 
     def __init__(
         self,
@@ -140,7 +146,137 @@ class Lock:
             _ms(timeout, "timeout")
         self.leases = leases_for(redis)
 
-    # -- redis-py's interface ------------------------------------------------------------
+    @property
+    def lease(self) -> Any:
+        """The current hold (None when not held here): ``lock.lease.fence_call(...)``
+        sends a fenced write, ``lock.lease.lost`` is set if the lease is lost."""
+        return self.local.lease
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of the current hold (None when not held here)."""
+        lease = self.local.lease
+        return None if lease is None else lease.fence
+
+    def _token(self, token: Optional[Union[str, bytes]]) -> bytes:
+        return self.redis.get_encoder().encode(token if token is not None else new_token())
+
+    def _waits(
+        self, blocking: Optional[bool], blocking_timeout: Optional[Number]
+    ) -> Iterator[Optional[int]]:
+        """The BLOCK of each attempt (None: no wait), until the wait is over. A wait
+        longer than the client's socket timeout would end in a TimeoutError: it goes in
+        steps within it (each step joins the queue again, at its end)."""
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        if not blocking:
+            yield None
+            return
+        stop = time.monotonic() + (math.inf if blocking_timeout is None else blocking_timeout)
+        step = _socket_timeout(self.redis)
+        step_ms = None if step is None else max(int(step * 1000 * 0.8), 1)
+        while True:
+            left = stop - time.monotonic()
+            if math.isinf(left):
+                yield 0 if step_ms is None else step_ms  # BLOCK 0: no end
+            elif left * 1000 >= 1:
+                yield int(left * 1000) if step_ms is None else min(int(left * 1000), step_ms)
+            else:
+                yield None  # a last try without waiting
+                return
+
+    def _acquire_options(self, token: bytes, block_ms: Optional[int]) -> Dict[str, Any]:
+        if self.timeout is None:
+            ttl_ms, renewals = _ms(self.lease_ttl, "lease_ttl"), None
+        else:
+            ttl_ms, renewals = _ms(self.timeout, "timeout"), 0
+        replica_timeout = self.replica_timeout
+        return {
+            "key": self.name,
+            "ttl_ms": ttl_ms,
+            "token": token,
+            "block_ms": block_ms,
+            "owner": self.owner,
+            "max_renewals": renewals,
+            "replicas": self.replicas,
+            "replica_timeout_ms": None
+            if replica_timeout is None
+            else _ms(replica_timeout, "replica_timeout"),
+        }
+
+    def _refused(self, error: Exception) -> Exception:
+        """The LockError for an acquire that failed with ``error`` (returned as is when
+        it is not the lock's business)."""
+        if isinstance(error, ResponseError) and is_wrongtype(error):
+            return LockError(
+                f"{self.name!r} holds a value of another type: {error}", lock_name=self.name
+            )
+        if isinstance(error, (LeaseLost, NotConfirmed)):  # too few replicas, or lost at once
+            return LockError(str(error), lock_name=self.name)
+        return error
+
+    def _granted(self, token: bytes, lease: Any) -> bool:
+        self.local.token = token
+        self.local.lease = lease
+        return True
+
+    def _take_for_release(self) -> Any:
+        lease = self.local.lease
+        if self.local.token is None or lease is None:
+            raise LockError(
+                "Cannot release a lock that's not owned or is already unlocked.",
+                lock_name=self.name,
+            )
+        self.local.token = None
+        self.local.lease = None
+        return lease
+
+    def _not_owned(self, verb: str) -> LockNotOwnedError:
+        return LockNotOwnedError(
+            f"Cannot {verb} a lock that's no longer owned", lock_name=self.name
+        )
+
+    def _held(self, verb: str) -> Any:
+        lease = self.local.lease
+        if self.local.token is None or lease is None:
+            raise LockError(f"Cannot {verb} an unlocked lock", lock_name=self.name)
+        if self.timeout is None:
+            raise LockError(f"Cannot {verb} a lock with no timeout", lock_name=self.name)
+        return lease
+
+    def _extended_ttl(self, lease: Any, additional_time: Number, replace_ttl: bool) -> int:
+        if replace_ttl:
+            return _ms(additional_time, "additional_time")
+        left = lease.deadline_in or 0.0
+        return _ms(max(left, 0.0) + additional_time, "the extended time")
+
+    def _timeout_ms(self) -> int:
+        assert self.timeout is not None
+        return _ms(self.timeout, "timeout")
+
+    @staticmethod
+    def _locked_by_reply(reply: Any) -> bool:
+        return reply is not None and info_fields(reply).get("state") != "free"
+
+    @staticmethod
+    def _owned_by_reply(lease: Any, reply: Any) -> bool:
+        if reply is None:
+            return False
+        fields = info_fields(reply)
+        return fields.get("state") == "held" and fields.get("fence") == lease.fence
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} fence={self.fence}>"
+
+
+class Lock(_LockBase):
+    """A lock with redis-py's ``Lock`` interface, backed by a lease (see the module's
+    documentation). ``lease_ttl`` (seconds), ``replicas``, ``replica_timeout`` and
+    ``owner`` are extras, keyword-only: the lease's ttl when ``timeout`` is None, the
+    replicas that must confirm the grant and each renewal (``WAIT``), and the label
+    ``LEASE.INFO`` shows."""
 
     def __enter__(self) -> Lock:
         if self.acquire():
@@ -170,76 +306,29 @@ class Lock:
         ``blocking_timeout`` (seconds) bounds the wait, None waits as long as it takes.
         ``token`` is the holder's token (default: 128 random bits)."""
         del sleep  # see self.sleep
-        encoded = self.redis.get_encoder().encode(token if token is not None else new_token())
-        if blocking is None:
-            blocking = self.blocking
-        if blocking_timeout is None:
-            blocking_timeout = self.blocking_timeout
-        wait: Optional[float] = None  # seconds; None: one try
-        if blocking:
-            wait = math.inf if blocking_timeout is None else float(blocking_timeout)
-        stop = time.monotonic() + (wait or 0.0)
-        # A wait longer than the client's socket timeout would end in a TimeoutError:
-        # wait in steps within it (each step joins the queue again, at its end).
-        step = _socket_timeout(self.redis)
-        step_ms = None if step is None else max(int(step * 1000 * 0.8), 1)
-        try:
-            while True:
-                block_ms = None
-                left = 0.0 if wait is None else stop - time.monotonic()
-                if math.isinf(left):
-                    block_ms = 0 if step_ms is None else step_ms  # BLOCK 0: no end
-                elif left * 1000 >= 1:
-                    block_ms = int(left * 1000)
-                    if step_ms is not None:
-                        block_ms = min(block_ms, step_ms)
-                try:
-                    lease = self._acquire(encoded, block_ms)
-                    break
-                except NotAcquired:
-                    if block_ms is None or time.monotonic() >= stop:
-                        return False
-        except ResponseError as e:
-            if is_wrongtype(e):
-                raise LockError(
-                    f"{self.name!r} holds a value of another type: {e}", lock_name=self.name
-                ) from e
-            raise
-        except (LeaseLost, NotConfirmed) as e:  # too few replicas, or lost at once
-            raise LockError(str(e), lock_name=self.name) from e
-        self.local.token = encoded
-        self.local.lease = lease
-        return True
-
-    def _acquire(self, token: bytes, block_ms: Optional[int]) -> Lease:
-        if self.timeout is None:
-            ttl_ms, renewals = _ms(self.lease_ttl, "lease_ttl"), None
-        else:
-            ttl_ms, renewals = _ms(self.timeout, "timeout"), 0
-        replica_timeout = self.replica_timeout
-        return self.leases.acquire(
-            self.name,
-            ttl_ms,
-            token=token,
-            block_ms=block_ms,
-            owner=self.owner,
-            max_renewals=renewals,
-            replicas=self.replicas,
-            replica_timeout_ms=None
-            if replica_timeout is None
-            else _ms(replica_timeout, "replica_timeout"),
-        )
+        encoded = self._token(token)
+        for block_ms in self._waits(blocking, blocking_timeout):
+            try:
+                lease = self.leases.acquire(**self._acquire_options(encoded, block_ms))
+            except NotAcquired:
+                continue
+            except Exception as e:
+                refused = self._refused(e)
+                if refused is e:
+                    raise
+                raise refused from e
+            return self._granted(encoded, lease)
+        return False
 
     def locked(self) -> bool:
         """True if anyone holds the lock (``LEASE.INFO``: held, or in a lock-delay) or the
         key holds another type."""
         try:
-            reply = self.redis.execute_command("LEASE.INFO", self.name)
+            return self._locked_by_reply(self.redis.execute_command("LEASE.INFO", self.name))
         except ResponseError as e:
             if is_wrongtype(e):
                 return True
             raise
-        return reply is not None and info_fields(reply).get("state") != "free"
 
     def owned(self) -> bool:
         """True if this lock holds it: held here, and ``LEASE.INFO`` shows an exclusive
@@ -248,79 +337,31 @@ class Lock:
         if lease is None or lease.state not in ACTIVE:
             return False
         try:
-            reply = self.redis.execute_command("LEASE.INFO", self.name)
+            return self._owned_by_reply(lease, self.redis.execute_command("LEASE.INFO", self.name))
         except ResponseError as e:
             if is_wrongtype(e):
                 return False
             raise
-        if reply is None:
-            return False
-        fields = info_fields(reply)
-        return fields.get("state") == "held" and fields.get("fence") == lease.fence
 
     def release(self) -> None:
         """Release the lock. ``LockError`` if this lock does not hold it here,
         ``LockNotOwnedError`` if it was held and no longer is (expired or taken)."""
-        lease: Optional[Lease] = self.local.lease
-        if self.local.token is None or lease is None:
-            raise LockError(
-                "Cannot release a lock that's not owned or is already unlocked.",
-                lock_name=self.name,
-            )
-        self.local.token = None
-        self.local.lease = None
-        if not lease.release():
-            raise LockNotOwnedError(
-                "Cannot release a lock that's no longer owned", lock_name=self.name
-            )
+        if not self._take_for_release().release():
+            raise self._not_owned("release")
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
         """Add ``additional_time`` seconds to the time left (``replace_ttl``: make it the
         time left). Only for a lock with ``timeout``."""
         lease = self._held("extend")
-        if replace_ttl:
-            ttl_ms = _ms(additional_time, "additional_time")
-        else:
-            left = lease.deadline_in or 0.0
-            ttl_ms = _ms(max(left, 0.0) + additional_time, "the extended time")
-        return self._renew(lease, ttl_ms, "extend")
+        return self._renew(lease, self._extended_ttl(lease, additional_time, replace_ttl), "extend")
 
     def reacquire(self) -> bool:
         """Reset the time left to ``timeout``. Only for a lock with ``timeout``."""
-        lease = self._held("reacquire")
-        assert self.timeout is not None
-        return self._renew(lease, _ms(self.timeout, "timeout"), "reacquire")
-
-    # -- the lease -----------------------------------------------------------------------
-
-    @property
-    def lease(self) -> Optional[Lease]:
-        """The current hold (None when not held here): ``lock.lease.fence_call(...)``
-        sends a fenced write, ``lock.lease.lost`` is set if the lease is lost."""
-        return self.local.lease
-
-    @property
-    def fence(self) -> Optional[int]:
-        """The fencing token of the current hold (None when not held here)."""
-        lease = self.local.lease
-        return None if lease is None else lease.fence
-
-    def _held(self, verb: str) -> Lease:
-        lease: Optional[Lease] = self.local.lease
-        if self.local.token is None or lease is None:
-            raise LockError(f"Cannot {verb} an unlocked lock", lock_name=self.name)
-        if self.timeout is None:
-            raise LockError(f"Cannot {verb} a lock with no timeout", lock_name=self.name)
-        return lease
+        return self._renew(self._held("reacquire"), self._timeout_ms(), "reacquire")
 
     def _renew(self, lease: Lease, ttl_ms: int, verb: str) -> bool:
         try:
             lease.renew(ttl_ms)
         except LeaseLost as e:
-            raise LockNotOwnedError(
-                f"Cannot {verb} a lock that's no longer owned", lock_name=self.name
-            ) from e
+            raise self._not_owned(verb) from e
         return True
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} name={self.name!r} fence={self.fence}>"
