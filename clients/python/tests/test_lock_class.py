@@ -3,16 +3,19 @@ redis_py_suite/run.py runs against it): what the lease adds underneath."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
 import time
 
 import pytest
 import redis
+import redis.asyncio
 from servers import wait_until
 from test_sync import info
 
 import redis_lease
+import redis_lease.asyncio
 from redis_lease import Lock, LockError, LockNotOwnedError, State
 
 
@@ -66,6 +69,8 @@ def test_with_timeout_it_expires_unless_extended(r, key):
     assert extended.reacquire()
     assert extended.lease.deadline_in <= 0.3
     extended.release()
+    # The client's shared watchdog thread ends once no lock is held.
+    wait_until("the watchdog to end", lambda: redis_lease.lock.leases_for(r).watchdog is None)
 
 
 def test_a_blocked_acquire_is_served_when_the_holder_releases(r, key):
@@ -133,3 +138,35 @@ def test_a_wait_longer_than_the_socket_timeout_waits_in_steps(server, key):
         waiter.release()
     finally:
         short.close()
+
+
+def test_the_asyncio_lock_class(server, key):
+    async def scenario():
+        client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
+        try:
+            lock_class = functools.partial(redis_lease.asyncio.Lock, lease_ttl=0.3)
+            async with client.lock(key, lock_class=lock_class) as held:
+                assert isinstance(held, redis_lease.asyncio.Lock)
+                fence = held.fence
+                await asyncio.sleep(1.0)  # more than three lease ttls: the task renews
+                assert await held.owned()
+                assert held.lease.renewals >= 3
+                other = client.lock(key, lock_class=redis_lease.asyncio.Lock)
+                assert not await other.acquire(blocking_timeout=0.2)
+            assert not await held.locked()
+            expiring = client.lock(key, timeout=0.3, lock_class=redis_lease.asyncio.Lock)
+            assert await expiring.acquire(blocking=False)
+            assert expiring.fence > fence
+            assert await expiring.extend(1)
+            assert expiring.lease.deadline_in > 0.9
+            await asyncio.wait_for(expiring.lease.lost.wait(), 5)
+            with pytest.raises(LockNotOwnedError):
+                await expiring.release()
+            # The shared watchdog task ends once no lock is held.
+            leases = redis_lease.lock.leases_for(client)
+            await asyncio.sleep(0.05)
+            assert leases.watchdog is None
+        finally:
+            await client.aclose() if hasattr(client, "aclose") else await client.close()
+
+    asyncio.run(scenario())

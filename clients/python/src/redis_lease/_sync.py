@@ -795,6 +795,8 @@ class Leases:
             with self._cond:
                 if self._closed:
                     return
+                now = _clock()
+                self._tracker.expire(now)
                 if self._stop_when_idle and not self._tracker:
                     # Under the lock: a new watchdog cannot start before this is done.
                     self._thread = None
@@ -802,8 +804,6 @@ class Leases:
                         for endpoint in self._endpoints.values():
                             endpoint.close()  # reconnects on next use
                     return
-                now = _clock()
-                self._tracker.expire(now)
                 batch = self._tracker.due(now)
                 if not batch:
                     wake = self._tracker.next_wake()

@@ -539,12 +539,12 @@ class Leases:
 
     async def _run(self) -> None:
         while not self._closed:
+            now = _clock()
+            self._tracker.expire(now)
             if self._stop_when_idle and not self._tracker:
                 self._task = None  # the next lease starts another
                 await self._drop_idle()
                 return
-            now = _clock()
-            self._tracker.expire(now)
             batch = self._tracker.due(now)
             if not batch:
                 wake = self._tracker.next_wake()
