@@ -17,7 +17,7 @@ import redis
 import redis_lease
 
 sys.path.insert(0, os.environ["LEASE_PY_TESTS"])
-from servers import SERVERS_ENV_HINT, Server, selected
+from servers import SERVERS_ENV_HINT, selected, started
 
 SERVERS = selected()
 if not SERVERS:
@@ -26,11 +26,8 @@ if not SERVERS:
 
 @pytest.fixture(scope="session", params=sorted(SERVERS))
 def server(request):
-    srv = Server(request.param, SERVERS[request.param]).start()
-    try:
+    with started(request.param, SERVERS[request.param]) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _get_client(cls, request, single_connection_client=False, flushdb=True, **kwargs):

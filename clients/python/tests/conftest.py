@@ -5,7 +5,7 @@ import os
 import threading
 
 import pytest
-from servers import SERVERS_ENV_HINT, Cluster, SentinelSet, Server, selected
+from servers import SERVERS_ENV_HINT, Cluster, SentinelSet, selected, started
 
 SERVERS = selected()
 if not SERVERS:
@@ -25,11 +25,8 @@ _ids = itertools.count()
 
 @pytest.fixture(scope="session", params=sorted(SERVERS))
 def server(request):
-    srv = Server(request.param, SERVERS[request.param]).start()
-    try:
+    with started(request.param, SERVERS[request.param]) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="session", params=sorted(CLUSTER_SERVERS))
