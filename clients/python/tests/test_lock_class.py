@@ -45,8 +45,9 @@ def test_each_hold_has_a_higher_fence(r, key):
 
 
 def test_without_timeout_the_watchdog_keeps_it_past_its_lease_ttl(r, key):
-    with r.lock(key, lock_class=functools.partial(Lock, lease_ttl=0.3)) as held:
-        time.sleep(1.0)  # more than three lease ttls
+    # A ttl long enough for a loaded machine: a renewal every 250 ms.
+    with r.lock(key, lock_class=functools.partial(Lock, lease_ttl=0.75)) as held:
+        time.sleep(2.4)  # more than three lease ttls
         assert held.owned()
         assert held.lease.renewals >= 3
         assert held.lease.state is State.HELD
@@ -144,11 +145,12 @@ def test_the_asyncio_lock_class(server, key):
     async def scenario():
         client = redis.asyncio.Redis(host="127.0.0.1", port=server.port)
         try:
-            lock_class = functools.partial(redis_lease.asyncio.Lock, lease_ttl=0.3)
+            # A ttl long enough for a loaded machine: a renewal every 250 ms.
+            lock_class = functools.partial(redis_lease.asyncio.Lock, lease_ttl=0.75)
             async with client.lock(key, lock_class=lock_class) as held:
                 assert isinstance(held, redis_lease.asyncio.Lock)
                 fence = held.fence
-                await asyncio.sleep(1.0)  # more than three lease ttls: the task renews
+                await asyncio.sleep(2.4)  # more than three lease ttls: the task renews
                 assert await held.owned()
                 assert held.lease.renewals >= 3
                 other = client.lock(key, lock_class=redis_lease.asyncio.Lock)
