@@ -5,14 +5,11 @@ import os
 import threading
 
 import pytest
-from servers import Cluster, SentinelSet, Server, selected
+from servers import SERVERS_ENV_HINT, Cluster, SentinelSet, selected, started
 
 SERVERS = selected()
 if not SERVERS:
-    raise RuntimeError(
-        "no server to test on: set LEASE_REDIS7_SERVER, LEASE_REDIS8_SERVER, "
-        "LEASE_VALKEY8_SERVER or LEASE_VALKEY9_SERVER (see tests/servers.py)"
-    )
+    raise RuntimeError(f"no server to test on: {SERVERS_ENV_HINT}")
 
 # Cluster tests start three nodes each: by default on every selected server;
 # LEASE_CLUSTER_SERVERS (a comma list) narrows it.
@@ -28,11 +25,8 @@ _ids = itertools.count()
 
 @pytest.fixture(scope="session", params=sorted(SERVERS))
 def server(request):
-    srv = Server(request.param, SERVERS[request.param]).start()
-    try:
+    with started(request.param, SERVERS[request.param]) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture(scope="session", params=sorted(CLUSTER_SERVERS))

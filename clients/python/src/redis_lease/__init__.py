@@ -13,15 +13,30 @@ signal the code can wait on, and fencing tokens carried to every write.
 """
 
 from ._core import State
-from ._errors import LeaseError, LeaseLost, NotAcquired, StaleFence, WriteIndeterminate
+from ._errors import (
+    LeaseError,
+    LeaseLost,
+    NotAcquired,
+    NotConfirmed,
+    StaleFence,
+    WriteIndeterminate,
+)
+from ._named import ReadWriteLock, Semaphore
 from ._sync import Lease, Leases, Session
+from .lock import Lock, LockError, LockNotOwnedError
 
 __all__ = [
     "Lease",
     "LeaseError",
     "LeaseLost",
     "Leases",
+    "Lock",
+    "LockError",
+    "LockNotOwnedError",
     "NotAcquired",
+    "NotConfirmed",
+    "ReadWriteLock",
+    "Semaphore",
     "Session",
     "StaleFence",
     "State",

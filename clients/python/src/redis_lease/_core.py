@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from redis.exceptions import AskError, MovedError, ReadOnlyError, ResponseError
 
-from ._errors import LeaseLost, StaleFence
+from ._errors import LeaseLost, NotConfirmed, StaleFence
 
 KeyT = Union[str, bytes]
 
@@ -105,6 +105,113 @@ def grant_fence(reply: Any, key: KeyT) -> Optional[int]:
         return int(fence)
     except (TypeError, ValueError) as e:
         raise ResponseError(f"unexpected LEASE.ACQUIRE reply for {key!r}: {reply!r}") from e
+
+
+def is_wrongtype(error: BaseException) -> bool:
+    return isinstance(error, ResponseError) and str(error).startswith("WRONGTYPE")
+
+
+def as_text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def info_fields(reply: Any) -> Dict[str, Any]:
+    """A LEASE.INFO reply (RESP3 map or RESP2 flat array) as a dict with str keys and
+    str (or int, or None) values."""
+    pairs = list(reply.items()) if isinstance(reply, dict) else list(zip(reply[::2], reply[1::2]))
+    return {as_text(k): as_text(v) if isinstance(v, bytes) else v for k, v in pairs}
+
+
+class Confirm:
+    """Confirmed grants: the grant and every renewal of a lease are followed, in the
+    same pipelined round trip, by ``WAIT replicas timeout`` (or, with ``aof``,
+    ``WAITAOF 1 replicas timeout``: the primary's own fsync too). The lease counts as
+    confirmed only when enough replicas acknowledged it."""
+
+    def __init__(self, replicas: int, timeout_ms: int, aof: bool) -> None:
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise ValueError("replicas must be an int >= 0")
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 1:
+            raise ValueError("replica_timeout_ms must be an int >= 1 (WAIT 0 waits forever)")
+        self.replicas = replicas
+        self.timeout_ms = timeout_ms
+        self.aof = aof
+
+    @classmethod
+    def of(cls, replicas: Optional[int], timeout_ms: Optional[int], aof: bool) -> Optional[Confirm]:
+        if not replicas and not aof:
+            return None
+        return cls(
+            replicas or 0, DEFAULT_REPLICA_TIMEOUT_MS if timeout_ms is None else timeout_ms, aof
+        )
+
+    def command(self, timeout_ms: Optional[int] = None) -> Tuple[Any, ...]:
+        wait = self.timeout_ms if timeout_ms is None else max(min(timeout_ms, self.timeout_ms), 1)
+        if self.aof:
+            return ("WAITAOF", 1, self.replicas, wait)
+        return ("WAIT", self.replicas, wait)
+
+    def count(self, reply: Any) -> Optional[int]:
+        """The replicas that acknowledged, from the WAIT/WAITAOF reply; None when it is
+        an error or (WAITAOF) the primary's fsync was not confirmed."""
+        if isinstance(reply, BaseException):
+            return None
+        try:
+            if self.aof:
+                local, replicas = reply
+                return int(replicas) if int(local) >= 1 else None
+            return int(reply)
+        except (TypeError, ValueError):
+            return None
+
+    def met(self, reply: Any) -> bool:
+        count = self.count(reply)
+        return count is not None and count >= self.replicas
+
+    def describe(self) -> str:
+        fsync = "the primary's fsync and " if self.aof else ""
+        return f"{fsync}{self.replicas} replica(s) within {self.timeout_ms} ms"
+
+
+#: How long WAIT waits for the replicas by default (ms).
+DEFAULT_REPLICA_TIMEOUT_MS = 100
+
+
+def confirm_commands(leases: Iterable[LeaseCore], budget_ms: int) -> List[Tuple[Any, ...]]:
+    """The WAIT and WAITAOF commands that confirm these leases' renewals (one of each at
+    most: the most replicas any of them needs, the longest timeout within ``budget_ms``),
+    sent after the renewals in the same round trip."""
+    plain = [lease._confirm_with for lease in leases if lease._confirm_with is not None]
+    commands = []
+    for aof in (False, True):
+        mine = [c for c in plain if c.aof == aof]
+        if mine:
+            most = Confirm(max(c.replicas for c in mine), max(c.timeout_ms for c in mine), aof)
+            commands.append(most.command(budget_ms))
+    return commands
+
+
+def confirmations(
+    leases: Sequence[LeaseCore], commands: Sequence[Tuple[Any, ...]], replies: Sequence[Any]
+) -> List[Any]:
+    """For each lease, the reply of the WAIT or WAITAOF that confirms it (None: it needs
+    none)."""
+    by_kind = {command[0] == "WAITAOF": reply for command, reply in zip(commands, replies)}
+    return [
+        None if lease._confirm_with is None else by_kind.get(lease._confirm_with.aof)
+        for lease in leases
+    ]
+
+
+def unconfirmed_grant(key: KeyT, confirm: Confirm, reply: Any) -> NotConfirmed:
+    count = confirm.count(reply)
+    why = f"{reply}" if isinstance(reply, BaseException) else f"{count} acknowledged"
+    return NotConfirmed(
+        f"the grant of {key!r} was not confirmed by {confirm.describe()} ({why}); released",
+        key,
+        count,
+        confirm.replicas,
+    )
 
 
 def is_stale(error: BaseException) -> bool:
@@ -220,6 +327,9 @@ class LeaseCore:
         self._max_hold_s = None if max_hold_ms is None else max_hold_ms / 1000
         self._max_renewals = max_renewals
         self._bound: Dict[int, LeaseCore] = {}
+        #: Confirmed grants (None: not asked for).
+        self._confirm_with: Optional[Confirm] = None
+        self._replicas: Optional[int] = None
         if session is not None:
             session._bound[id(self)] = self
 
@@ -229,6 +339,12 @@ class LeaseCore:
     def renewals(self) -> int:
         """Renewals confirmed so far (by the watchdog or by ``renew()``)."""
         return self._renewals
+
+    @property
+    def replicas(self) -> Optional[int]:
+        """With confirmed grants: how many replicas acknowledged the grant or the last
+        renewal (None without)."""
+        return self._replicas
 
     @property
     def bound(self) -> bool:
@@ -303,6 +419,16 @@ class LeaseCore:
         self._renewals += 1
         self._failing = False
         self._settle()
+
+    def _retune(self, ttl_ms: int, sent_at: float) -> None:
+        """A renewal sent at ``sent_at`` with a new ttl: later renewals use it, and a
+        shorter one shortens the deadline on the server (if the renewal arrived, and it
+        may have): count it from this request, never from the longer ttl."""
+        self.ttl_ms = ttl_ms
+        self._interval = ttl_ms / 1000 * RENEW_FRACTION
+        self._renewing = ttl_ms > 0
+        if ttl_ms and self._active():
+            self._deadline = min(self._deadline, sent_at + ttl_ms / 1000)
 
     def _unconfirmed(self, now: float) -> None:
         if not self._active():
@@ -394,9 +520,28 @@ class Tracker:
         )
 
     @staticmethod
-    def apply(batch: Batch, replies: Sequence[Any], sent_at: float, now: float) -> None:
-        for (lease, ttl), reply in zip(batch, replies):
+    def apply(
+        batch: Batch,
+        replies: Sequence[Any],
+        sent_at: float,
+        now: float,
+        waited: Optional[Sequence[Any]] = None,
+    ) -> None:
+        """Apply renewal replies; ``waited``: per lease, the reply of the WAIT/WAITAOF
+        that confirms it (a lease that asked for confirmed grants and got too few
+        acknowledgements is lost: the renewal may not survive a failover)."""
+        for i, ((lease, ttl), reply) in enumerate(zip(batch, replies)):
             outcome = renewal_outcome(reply)
+            confirm = lease._confirm_with
+            if outcome == "confirmed" and confirm is not None:
+                wait = waited[i] if waited is not None else None
+                lease._replicas = confirm.count(wait)
+                if not confirm.met(wait):
+                    lease._lose(
+                        f"a renewal was not confirmed by {confirm.describe()} "
+                        f"({wait if isinstance(wait, BaseException) else lease._replicas})"
+                    )
+                    continue
             if outcome == "confirmed":
                 lease._confirm(sent_at, ttl)
             elif outcome == "lost":

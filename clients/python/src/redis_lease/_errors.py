@@ -20,6 +20,19 @@ class NotAcquired(LeaseError):
         super().__init__(f"lease on {key!r} not acquired{waited}")
 
 
+class NotConfirmed(LeaseError):
+    """A grant asked for confirmation (``replicas=``, ``waitaof=``) and too few replicas
+    acknowledged it in time (or the primary's fsync was not confirmed): the grant was
+    released, as it might not survive a failover. ``replicas`` is how many acknowledged
+    (None when WAIT/WAITAOF answered an error), ``needed`` how many were asked for."""
+
+    def __init__(self, message: str, key: Any, replicas: Optional[int], needed: int) -> None:
+        super().__init__(message)
+        self.key = key
+        self.replicas = replicas
+        self.needed = needed
+
+
 class LeaseLost(LeaseError):
     """The lease is no longer held by this token, or may not be: do not act on it.
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from types import TracebackType
-from typing import Any, Dict, List, Optional, Tuple, Type
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar, cast
 
 from redis.backoff import NoBackoff
 from redis.connection import Connection, SSLConnection
@@ -18,29 +19,37 @@ from redis.sentinel import MasterNotFoundError, SentinelManagedConnection
 from ._core import (
     ACTIVE,
     Batch,
+    Confirm,
     KeyT,
     LeaseCore,
     State,
     Tracker,
     Unanswered,
     acquire_args,
+    as_text,
     batch_timeout,
     check_ttl,
+    confirm_commands,
+    confirmations,
     grant_fence,
     is_demoted,
     is_stale,
+    is_wrongtype,
     moved_error,
     new_token,
     redirect_of,
     renew_commands,
     retry_delay,
     stale_fence,
+    unconfirmed_grant,
 )
 from ._errors import LeaseLost, NotAcquired, WriteIndeterminate
+from ._named import ReadWriteLock, Semaphore
 
 __all__ = ["Lease", "Leases", "Session"]
 
 _clock = time.monotonic
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _is_cluster(client: Any) -> bool:
@@ -101,18 +110,16 @@ class Lease(LeaseCore):
         self.check()
         ttl = self.ttl_ms if ttl_ms is None else check_ttl(ttl_ms, self.bound)
         sent_at = _clock()
-        reply = self._owner.client.execute_command("LEASE.RENEW", self.key, self.token, ttl)
+        command = ("LEASE.RENEW", self.key, self.token, ttl)
+        reply, waited = self._owner._call(self.key, command, self._confirm_with)
+        if isinstance(reply, BaseException) and not is_wrongtype(reply):
+            raise reply
         with self._owner._lock:
             if ttl_ms is not None:
-                self._set_ttl(ttl)
-            Tracker.apply([(self, ttl)], [reply], sent_at, _clock())
+                self._retune(ttl, sent_at)
+            Tracker.apply([(self, ttl)], [reply], sent_at, _clock(), [waited])
             if self._state not in ACTIVE:
                 raise self._lost_error()
-
-    def _set_ttl(self, ttl: int) -> None:
-        self.ttl_ms = ttl
-        self._interval = ttl / 1000 / 3
-        self._renewing = ttl > 0
 
     def release(self) -> bool:
         """Release the hold (a session: every hold bound to it too). True if the server
@@ -125,6 +132,12 @@ class Lease(LeaseCore):
             self._renewing = False
         try:
             reply = self._owner.client.execute_command("LEASE.RELEASE", self.key, self.token)
+        except ResponseError as e:
+            if not is_wrongtype(e):  # WRONGTYPE: the key was overwritten, the hold is gone
+                with self._owner._lock:
+                    self._owner._wake()
+                raise
+            reply = 0
         except Exception:
             with self._owner._lock:
                 self._owner._wake()
@@ -264,10 +277,6 @@ def _connected(conn: Any) -> bool:
     return getattr(conn, "_sock", None) is not None
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _connection_settings(pool: Any) -> Tuple[Any, Dict[str, Any]]:
     """The class and arguments of a connection like the pool's (credentials, TLS, db,
     protocol, decoding), with no retries and no health checks: one call is one attempt,
@@ -345,14 +354,14 @@ class _Sentinels:
             pairs = list(zip(reply[::2], reply[1::2]))
         else:
             return None
-        fields = {_text(k): v for k, v in pairs}
-        flags = set(_text(fields.get("flags", "")).split(","))
+        fields = {as_text(k): v for k, v in pairs}
+        flags = set(as_text(fields.get("flags", "")).split(","))
         if "master" not in flags or "s_down" in flags or "o_down" in flags:
             return None
         try:
             if int(fields.get("num-other-sentinels", 0)) < self.min_other:
                 return None
-            host = self.force_ip if self.force_ip is not None else _text(fields["ip"])
+            host = self.force_ip if self.force_ip is not None else as_text(fields["ip"])
             return host, int(fields["port"])
         except (KeyError, ValueError):
             return None
@@ -491,6 +500,14 @@ class Leases:
     ``max_hold_ms`` and ``max_renewals`` cap how long the watchdog keeps a lease (each
     ``acquire`` may override them): past the cap it stops renewing, and the lease ends at
     its deadline (``lost``).
+
+    ``replicas`` (and ``replica_timeout_ms``, default 100) ask for confirmed grants:
+    ``WAIT replicas timeout`` goes in the same pipelined round trip as each
+    ``LEASE.ACQUIRE`` and each renewal. A grant too few replicas acknowledged is released
+    and raises :class:`NotConfirmed`; such a renewal makes the lease ``lost``.
+    ``waitaof=True`` sends ``WAITAOF 1 replicas timeout`` instead: the primary's own
+    fsync confirms too (Redis 7.2+ and Valkey, with ``appendonly yes``; Redis 7.0 has no
+    WAITAOF and answers an error). Each ``acquire`` may override them.
     """
 
     def __init__(
@@ -499,10 +516,17 @@ class Leases:
         *,
         max_hold_ms: Optional[int] = None,
         max_renewals: Optional[int] = None,
+        replicas: Optional[int] = None,
+        replica_timeout_ms: Optional[int] = None,
+        waitaof: bool = False,
     ) -> None:
         self.client = client
         self.max_hold_ms = max_hold_ms
         self.max_renewals = max_renewals
+        self.replicas = replicas
+        self.replica_timeout_ms = replica_timeout_ms
+        self.waitaof = waitaof
+        Confirm.of(replicas, replica_timeout_ms, waitaof)  # checks the values now
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._tracker = Tracker()
@@ -510,6 +534,9 @@ class Leases:
         self._closed = False
         self._endpoints: Dict[Any, _Endpoint] = {}
         self._endpoints_lock = threading.Lock()
+        # The watchdog thread ends when no lease is left, and the next lease starts
+        # another (redis_lease.Lock's shared Leases, which nobody closes).
+        self._stop_when_idle = False
         #: Renewal batches sent (one pipelined round trip per server each).
         self.batches = 0
 
@@ -529,11 +556,17 @@ class Leases:
         delay_ms: Optional[int] = None,
         max_hold_ms: Optional[int] = None,
         max_renewals: Optional[int] = None,
+        replicas: Optional[int] = None,
+        replica_timeout_ms: Optional[int] = None,
+        waitaof: Optional[bool] = None,
     ) -> Lease:
         """``LEASE.ACQUIRE`` with these options; a :class:`Lease` the watchdog renews at
         ttl/3. Raises :class:`NotAcquired` on nil (after ``block_ms`` too). With
         ``session``, ``ttl_ms`` may be 0: the hold then lives exactly as long as the
-        session and the watchdog renews only the session."""
+        session and the watchdog renews only the session. ``replicas``,
+        ``replica_timeout_ms`` and ``waitaof`` override the client's (see
+        :class:`Leases`); :class:`NotConfirmed` when too few replicas confirmed."""
+        confirm = self._confirm(replicas, replica_timeout_ms, waitaof)
         return self._acquire(
             Lease,
             key,
@@ -547,7 +580,45 @@ class Leases:
             delay_ms,
             max_hold_ms,
             max_renewals,
+            confirm,
         )
+
+    def _confirm(
+        self, replicas: Optional[int], timeout_ms: Optional[int], aof: Optional[bool]
+    ) -> Optional[Confirm]:
+        return Confirm.of(
+            self.replicas if replicas is None else replicas,
+            self.replica_timeout_ms if timeout_ms is None else timeout_ms,
+            self.waitaof if aof is None else aof,
+        )
+
+    def locked(self, key: KeyT, ttl_ms: int, **options: Any) -> Callable[[F], F]:
+        """A decorator: the function runs holding the lease (``with
+        leases.acquire(key, ttl_ms, **options)``); :class:`NotAcquired` when it is not
+        granted, :class:`LeaseLost` when it was lost while the function ran.
+
+            @leases.locked("lock:nightly", 60_000, block_ms=0)
+            def nightly(): ...
+        """
+
+        def decorate(fn: F) -> F:
+            @functools.wraps(fn)
+            def held(*args: Any, **kwargs: Any) -> Any:
+                with self.acquire(key, ttl_ms, **options):
+                    return fn(*args, **kwargs)
+
+            return cast(F, held)
+
+        return decorate
+
+    def rwlock(self, key: KeyT, ttl_ms: int, **options: Any) -> ReadWriteLock:
+        """A :class:`ReadWriteLock` on ``key``: ``read()`` shared, ``write()`` exclusive
+        (``options``: ``Leases.acquire``'s, for every hold)."""
+        return ReadWriteLock(self, key, ttl_ms, **options)
+
+    def semaphore(self, key: KeyT, permits: int, ttl_ms: int, **options: Any) -> Semaphore:
+        """A :class:`Semaphore` with ``permits`` on ``key``: ``acquire()`` takes one."""
+        return Semaphore(self, key, permits, ttl_ms, **options)
 
     def session(
         self,
@@ -563,8 +634,21 @@ class Leases:
         ``{worker7}session``)."""
         token = token or new_token()
         key = key if key is not None else f"lease:session:{token}"
+        confirm = self._confirm(None, None, None)
         return self._acquire(
-            Session, key, ttl_ms, block_ms, token, False, None, None, owner, None, None, None
+            Session,
+            key,
+            ttl_ms,
+            block_ms,
+            token,
+            False,
+            None,
+            None,
+            owner,
+            None,
+            None,
+            None,
+            confirm,
         )
 
     def _acquire(
@@ -581,6 +665,7 @@ class Leases:
         delay_ms: Optional[int],
         max_hold_ms: Optional[int],
         max_renewals: Optional[int],
+        confirm: Optional[Confirm],
     ) -> Any:
         if self._closed:
             raise RuntimeError("Leases is closed")
@@ -594,7 +679,9 @@ class Leases:
         args = acquire_args(key, ttl_ms, token, block_ms, shared, limit, bind, owner, delay_ms)
         sent_at = _clock()
         try:
-            reply = self.client.execute_command(*args)
+            reply, waited = self._call(key, tuple(args), confirm)
+            if isinstance(reply, BaseException):
+                raise reply
         except ResponseError:
             raise
         except Exception:
@@ -605,6 +692,9 @@ class Leases:
         fence = grant_fence(reply, key)
         if fence is None:
             raise NotAcquired(key, block_ms)
+        if confirm is not None and not confirm.met(waited):
+            self._release_quietly(key, token)
+            raise unconfirmed_grant(key, confirm, waited)
         lease = cls(
             self,
             key,
@@ -616,22 +706,51 @@ class Leases:
             self.max_hold_ms if max_hold_ms is None else max_hold_ms,
             self.max_renewals if max_renewals is None else max_renewals,
         )
+        if confirm is not None:
+            lease._confirm_with = confirm
+            lease._replicas = confirm.count(waited)
         # A grant after a long BLOCK: its deadline counts from the grant, which is later
         # than the request; confirm it with a renewal sent now.
         if _clock() - sent_at > lease._interval and ttl_ms:
             renew_at = _clock()
             try:
-                renewed = self.client.execute_command("LEASE.RENEW", key, token, ttl_ms)
+                renewed, waited = self._call(key, ("LEASE.RENEW", key, token, ttl_ms), confirm)
             except Exception as e:
-                renewed = e
+                renewed, waited = e, e
             with self._lock:
-                Tracker.apply([(lease, ttl_ms)], [renewed], renew_at, _clock())
+                Tracker.apply(
+                    [(lease, ttl_ms)],
+                    [renewed],
+                    renew_at,
+                    _clock(),
+                    [waited],
+                )
                 lease._renewals = 0
         with self._lock:
             if lease._state not in ACTIVE:
                 raise lease._lost_error()
             self._track(lease)
         return lease
+
+    def _call(
+        self, key: KeyT, command: Tuple[Any, ...], confirm: Optional[Confirm]
+    ) -> Tuple[Any, Any]:
+        """The command's reply (or its ResponseError) and, with ``confirm``, the reply of
+        the WAIT/WAITAOF sent after it in the same pipelined round trip to the server
+        that holds ``key`` (else None)."""
+        if confirm is None:
+            try:
+                return self.client.execute_command(*command), None
+            except ResponseError as e:
+                return e, None
+        client = self.client
+        if _is_cluster(client):
+            client = client.get_redis_connection(client.get_node_from_key(key))
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(*command)
+        pipe.execute_command(*confirm.command())
+        reply, waited = pipe.execute(raise_on_error=False)
+        return reply, waited
 
     def _release_quietly(self, key: KeyT, token: KeyT) -> None:
         # Best effort: without it the hold ends at its ttl.
@@ -663,7 +782,10 @@ class Leases:
         self._cond.notify_all()
 
     def _forget(self, lease: LeaseCore) -> None:
+        # Called with the lock held.
         self._tracker.discard(lease)
+        if self._stop_when_idle and not self._tracker:
+            self._cond.notify_all()
 
     def _wake(self) -> None:
         self._cond.notify_all()
@@ -675,6 +797,13 @@ class Leases:
                     return
                 now = _clock()
                 self._tracker.expire(now)
+                if self._stop_when_idle and not self._tracker:
+                    # Under the lock: a new watchdog cannot start before this is done.
+                    self._thread = None
+                    with self._endpoints_lock:
+                        for endpoint in self._endpoints.values():
+                            endpoint.close()  # reconnects on next use
+                    return
                 batch = self._tracker.due(now)
                 if not batch:
                     wake = self._tracker.next_wake()
@@ -682,16 +811,18 @@ class Leases:
                     continue
                 timeout = batch_timeout(batch, self._tracker, now)
             sent_at = _clock()
+            waited: List[Any] = [None] * len(batch)
             try:
-                replies = self._send(batch, timeout)
+                replies = self._send(batch, timeout, waited)
             except Exception as e:  # never let the watchdog die: count it as unanswered
                 replies = [e] * len(batch)
             with self._cond:
                 self.batches += 1
-                Tracker.apply(batch, replies, sent_at, _clock())
+                Tracker.apply(batch, replies, sent_at, _clock(), waited)
 
-    def _send(self, batch: Batch, timeout: float) -> List[Any]:
-        """One pipelined round trip per server; a reply (or exception) per renewal."""
+    def _send(self, batch: Batch, timeout: float, waited: List[Any]) -> List[Any]:
+        """One pipelined round trip per server; a reply (or exception) per renewal, and in
+        ``waited`` the WAIT/WAITAOF reply that confirms each (confirmed grants)."""
         groups: Dict[Any, List[int]] = {}
         replies: List[Any] = [None] * len(batch)
         for i, (lease, _ttl) in enumerate(batch):
@@ -704,7 +835,14 @@ class Leases:
         commands = renew_commands(batch)
         for node, indexes in groups.items():
             link = self._endpoint(node).link
-            answers = link.call([commands[i] for i in indexes], timeout)
+            # WAIT gets most of the batch's time, the renewals' own round trip the rest.
+            waits = confirm_commands([batch[i][0] for i in indexes], int(timeout * 800))
+            answers = link.call([commands[i] for i in indexes] + waits, timeout)
+            confirmed = confirmations(
+                [batch[i][0] for i in indexes], waits, answers[len(indexes) :]
+            )
+            for i, wait in zip(indexes, confirmed):
+                waited[i] = wait
             for i, answer in zip(indexes, answers):
                 replies[i] = answer
                 moved = moved_error(answer)

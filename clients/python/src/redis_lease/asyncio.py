@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import math
 import time
 from types import TracebackType
-from typing import Any, Dict, Generator, List, Optional, Tuple, Type
+from typing import Any, Callable, Dict, Generator, List, Optional, Tuple, Type, TypeVar, cast
 
 from redis.asyncio.connection import Connection, SSLConnection
 from redis.asyncio.retry import Retry
@@ -26,6 +28,7 @@ from redis.exceptions import ResponseError
 from ._core import (
     ACTIVE,
     Batch,
+    Confirm,
     KeyT,
     LeaseCore,
     State,
@@ -34,23 +37,39 @@ from ._core import (
     acquire_args,
     batch_timeout,
     check_ttl,
+    confirm_commands,
+    confirmations,
     grant_fence,
     is_demoted,
     is_stale,
+    is_wrongtype,
     new_token,
     redirect_of,
     renew_commands,
     retry_delay,
     stale_fence,
+    unconfirmed_grant,
 )
-from ._errors import LeaseError, LeaseLost, NotAcquired, StaleFence, WriteIndeterminate
+from ._errors import (
+    LeaseError,
+    LeaseLost,
+    NotAcquired,
+    NotConfirmed,
+    StaleFence,
+    WriteIndeterminate,
+)
+from ._named import ReadWriteLock, Semaphore
 
 __all__ = [
     "Lease",
     "LeaseError",
     "LeaseLost",
     "Leases",
+    "Lock",
     "NotAcquired",
+    "NotConfirmed",
+    "ReadWriteLock",
+    "Semaphore",
     "Session",
     "StaleFence",
     "State",
@@ -58,6 +77,7 @@ __all__ = [
 ]
 
 _clock = time.monotonic
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 async def _pause(delay: float, left: Optional[float]) -> None:
@@ -102,12 +122,13 @@ class Lease(LeaseCore):
         self.check()
         ttl = self.ttl_ms if ttl_ms is None else check_ttl(ttl_ms, self.bound)
         sent_at = _clock()
-        reply = await self._owner.client.execute_command("LEASE.RENEW", self.key, self.token, ttl)
+        command = ("LEASE.RENEW", self.key, self.token, ttl)
+        reply, waited = await self._owner._call(self.key, command, self._confirm_with)
+        if isinstance(reply, BaseException) and not is_wrongtype(reply):
+            raise reply
         if ttl_ms is not None:
-            self.ttl_ms = ttl
-            self._interval = ttl / 1000 / 3
-            self._renewing = ttl > 0
-        Tracker.apply([(self, ttl)], [reply], sent_at, _clock())
+            self._retune(ttl, sent_at)
+        Tracker.apply([(self, ttl)], [reply], sent_at, _clock(), [waited])
         if self._state not in ACTIVE:
             raise self._lost_error()
 
@@ -118,6 +139,11 @@ class Lease(LeaseCore):
         self._renewing = False
         try:
             reply = await self._owner.client.execute_command("LEASE.RELEASE", self.key, self.token)
+        except ResponseError as e:
+            if not is_wrongtype(e):  # WRONGTYPE: the key was overwritten, the hold is gone
+                self._owner._wake()
+                raise
+            reply = 0
         except BaseException:
             self._owner._wake()
             raise
@@ -249,7 +275,10 @@ class _Acquiring:
 class Leases:
     """Acquires leases on one ``redis.asyncio`` client and keeps them with one watchdog
     task (started with the first lease, ended by :meth:`close`). Renewals due together go
-    in one pipeline (per node on a cluster), each bounded by ``asyncio.wait_for``."""
+    in one pipeline (per node on a cluster), each bounded by ``asyncio.wait_for``.
+    ``replicas``, ``replica_timeout_ms`` and ``waitaof`` ask for confirmed grants, as in
+    the sync client (not on a cluster client here: its pipeline would not send WAIT to the
+    key's node)."""
 
     def __init__(
         self,
@@ -257,10 +286,17 @@ class Leases:
         *,
         max_hold_ms: Optional[int] = None,
         max_renewals: Optional[int] = None,
+        replicas: Optional[int] = None,
+        replica_timeout_ms: Optional[int] = None,
+        waitaof: bool = False,
     ) -> None:
         self.client = client
         self.max_hold_ms = max_hold_ms
         self.max_renewals = max_renewals
+        self.replicas = replicas
+        self.replica_timeout_ms = replica_timeout_ms
+        self.waitaof = waitaof
+        self._confirm(None, None, None)  # checks the values now
         self._tracker = Tracker()
         self._task: Optional[asyncio.Task[None]] = None
         self._waiter: Optional[asyncio.Future[None]] = None
@@ -269,6 +305,9 @@ class Leases:
         self._idle: Dict[Any, List[Tuple[Any, Any]]] = {}
         # A fenced write met READONLY: ask the Sentinels before the next one.
         self._master_stale = False
+        # The watchdog task ends when no lease is left, and the next lease starts
+        # another (redis_lease.asyncio.Lock's shared Leases, which nobody closes).
+        self._stop_when_idle = False
         #: Renewal batches sent.
         self.batches = 0
 
@@ -286,9 +325,14 @@ class Leases:
         delay_ms: Optional[int] = None,
         max_hold_ms: Optional[int] = None,
         max_renewals: Optional[int] = None,
+        replicas: Optional[int] = None,
+        replica_timeout_ms: Optional[int] = None,
+        waitaof: Optional[bool] = None,
     ) -> _Acquiring:
         """``await leases.acquire(...)`` → :class:`Lease`, or
-        ``async with leases.acquire(...) as lease``. Raises :class:`NotAcquired` on nil."""
+        ``async with leases.acquire(...) as lease``. Raises :class:`NotAcquired` on nil,
+        :class:`NotConfirmed` when too few replicas confirmed the grant."""
+        confirm = self._confirm(replicas, replica_timeout_ms, waitaof)
         return _Acquiring(
             self._acquire(
                 Lease,
@@ -303,8 +347,52 @@ class Leases:
                 delay_ms,
                 max_hold_ms,
                 max_renewals,
+                confirm,
             )
         )
+
+    def _confirm(
+        self, replicas: Optional[int], timeout_ms: Optional[int], aof: Optional[bool]
+    ) -> Optional[Confirm]:
+        confirm = Confirm.of(
+            self.replicas if replicas is None else replicas,
+            self.replica_timeout_ms if timeout_ms is None else timeout_ms,
+            self.waitaof if aof is None else aof,
+        )
+        if confirm is not None and _is_cluster(self.client):
+            raise ValueError("confirmed grants need the sync client on a cluster")
+        return confirm
+
+    def locked(self, key: KeyT, ttl_ms: int, **options: Any) -> Callable[[F], F]:
+        """A decorator: the coroutine function runs holding the lease (``async with
+        leases.acquire(key, ttl_ms, **options)``); :class:`NotAcquired` when it is not
+        granted, :class:`LeaseLost` when it was lost while the function ran.
+
+            @leases.locked("lock:nightly", 60_000, block_ms=0)
+            async def nightly(): ...
+        """
+
+        def decorate(fn: F) -> F:
+            if not inspect.iscoroutinefunction(fn):
+                raise TypeError("redis_lease.asyncio: locked() decorates coroutine functions")
+
+            @functools.wraps(fn)
+            async def held(*args: Any, **kwargs: Any) -> Any:
+                async with self.acquire(key, ttl_ms, **options):
+                    return await fn(*args, **kwargs)
+
+            return cast(F, held)
+
+        return decorate
+
+    def rwlock(self, key: KeyT, ttl_ms: int, **options: Any) -> ReadWriteLock:
+        """A :class:`ReadWriteLock` on ``key``: ``read()`` shared, ``write()`` exclusive
+        (``options``: ``Leases.acquire``'s, for every hold)."""
+        return ReadWriteLock(self, key, ttl_ms, **options)
+
+    def semaphore(self, key: KeyT, permits: int, ttl_ms: int, **options: Any) -> Semaphore:
+        """A :class:`Semaphore` with ``permits`` on ``key``: ``acquire()`` takes one."""
+        return Semaphore(self, key, permits, ttl_ms, **options)
 
     def session(
         self,
@@ -318,9 +406,22 @@ class Leases:
         """``await leases.session(ttl_ms)`` → :class:`Session` (or ``async with``)."""
         token = token or new_token()
         key = key if key is not None else f"lease:session:{token}"
+        confirm = self._confirm(None, None, None)
         return _Acquiring(
             self._acquire(
-                Session, key, ttl_ms, block_ms, token, False, None, None, owner, None, None, None
+                Session,
+                key,
+                ttl_ms,
+                block_ms,
+                token,
+                False,
+                None,
+                None,
+                owner,
+                None,
+                None,
+                None,
+                confirm,
             )
         )
 
@@ -338,6 +439,7 @@ class Leases:
         delay_ms: Optional[int],
         max_hold_ms: Optional[int],
         max_renewals: Optional[int],
+        confirm: Optional[Confirm],
     ) -> Any:
         if self._closed:
             raise RuntimeError("Leases is closed")
@@ -351,7 +453,9 @@ class Leases:
         args = acquire_args(key, ttl_ms, token, block_ms, shared, limit, bind, owner, delay_ms)
         sent_at = _clock()
         try:
-            reply = await self.client.execute_command(*args)
+            reply, waited = await self._call(key, tuple(args), confirm)
+            if isinstance(reply, BaseException):
+                raise reply
         except ResponseError:
             raise
         except BaseException:
@@ -360,6 +464,9 @@ class Leases:
         fence = grant_fence(reply, key)
         if fence is None:
             raise NotAcquired(key, block_ms)
+        if confirm is not None and not confirm.met(waited):
+            await self._release_quietly(key, token)
+            raise unconfirmed_grant(key, confirm, waited)
         lease = cls(
             self,
             key,
@@ -371,18 +478,40 @@ class Leases:
             self.max_hold_ms if max_hold_ms is None else max_hold_ms,
             self.max_renewals if max_renewals is None else max_renewals,
         )
+        if confirm is not None:
+            lease._confirm_with = confirm
+            lease._replicas = confirm.count(waited)
         if _clock() - sent_at > lease._interval and ttl_ms:
             renew_at = _clock()
             try:
-                renewed = await self.client.execute_command("LEASE.RENEW", key, token, ttl_ms)
+                renewed, waited = await self._call(
+                    key, ("LEASE.RENEW", key, token, ttl_ms), confirm
+                )
             except Exception as e:
-                renewed = e
-            Tracker.apply([(lease, ttl_ms)], [renewed], renew_at, _clock())
+                renewed, waited = e, e
+            Tracker.apply([(lease, ttl_ms)], [renewed], renew_at, _clock(), [waited])
             lease._renewals = 0
         if lease._state not in ACTIVE:
             raise lease._lost_error()
         self._track(lease)
         return lease
+
+    async def _call(
+        self, key: KeyT, command: Tuple[Any, ...], confirm: Optional[Confirm]
+    ) -> Tuple[Any, Any]:
+        """The command's reply (or its ResponseError) and, with ``confirm``, the reply of
+        the WAIT/WAITAOF sent after it in the same pipelined round trip (else None)."""
+        del key  # one server: confirmed grants are refused on a cluster client
+        if confirm is None:
+            try:
+                return await self.client.execute_command(*command), None
+            except ResponseError as e:
+                return e, None
+        pipe = self.client.pipeline(transaction=False)
+        pipe.execute_command(*command)
+        pipe.execute_command(*confirm.command())
+        reply, waited = await pipe.execute(raise_on_error=False)
+        return reply, waited
 
     async def _release_quietly(self, key: KeyT, token: KeyT) -> None:
         # Best effort: without it the hold ends at its ttl.
@@ -401,6 +530,8 @@ class Leases:
 
     def _forget(self, lease: LeaseCore) -> None:
         self._tracker.discard(lease)
+        if self._stop_when_idle and not self._tracker:
+            self._wake()
 
     def _wake(self) -> None:
         if self._waiter is not None:
@@ -410,6 +541,10 @@ class Leases:
         while not self._closed:
             now = _clock()
             self._tracker.expire(now)
+            if self._stop_when_idle and not self._tracker:
+                self._task = None  # the next lease starts another
+                await self._drop_idle()
+                return
             batch = self._tracker.due(now)
             if not batch:
                 wake = self._tracker.next_wake()
@@ -417,13 +552,15 @@ class Leases:
                 continue
             timeout = batch_timeout(batch, self._tracker, now)
             sent_at = _clock()
+            waited: List[Any] = [None] * len(batch)
             try:
                 await self._locate(timeout / 2)
-                replies = await self._send(batch, max(timeout - (_clock() - sent_at), 0.001))
+                left = max(timeout - (_clock() - sent_at), 0.001)
+                replies = await self._send(batch, left, waited)
             except Exception as e:  # never let the watchdog die: count it as unanswered
                 replies = [e] * len(batch)
             self.batches += 1
-            Tracker.apply(batch, replies, sent_at, _clock())
+            Tracker.apply(batch, replies, sent_at, _clock(), waited)
 
     async def _sleep(self, timeout: Optional[float]) -> None:
         """Until ``timeout`` passes or ``_wake()``. A plain future rather than
@@ -459,13 +596,17 @@ class Leases:
             # answer leaves the master last named, still the best guess.
             request.exception()
 
-    async def _send(self, batch: Batch, timeout: float) -> List[Any]:
+    async def _send(self, batch: Batch, timeout: float, waited: List[Any]) -> List[Any]:
         """One pipeline (per node on a cluster), its replies awaited at most ``timeout``
         seconds; then it is cancelled (redis-py drops the connection) and every renewal
-        in it counts as unanswered."""
+        in it counts as unanswered. ``waited`` receives, per renewal, the WAIT/WAITAOF
+        reply that confirms it (confirmed grants; never on a cluster)."""
         commands = renew_commands(batch)
+        leases = [lease for lease, _ttl in batch]
+        # WAIT gets most of the batch's time, the renewals' own round trip the rest.
+        waits = confirm_commands(leases, int(timeout * 800))
         pipe = self.client.pipeline(transaction=False)
-        for command in commands:
+        for command in commands + waits:
             pipe.execute_command(*command)
         request = await _within(pipe.execute(raise_on_error=False), timeout)
         if request is None:
@@ -473,7 +614,9 @@ class Leases:
         error = request.exception()
         if error is not None:
             return [error] * len(commands)
-        return list(request.result())
+        replies = list(request.result())
+        waited[:] = confirmations(leases, waits, replies[len(commands) :])
+        return replies[: len(commands)]
 
     # -- fenced writes -----------------------------------------------------------------
 
@@ -616,6 +759,10 @@ class Leases:
                 pass
         for lease in remaining:
             lease._lose("Leases.close() was called while it was held")
+        await self._drop_idle()
+
+    async def _drop_idle(self) -> None:
+        """Disconnect the fenced writes' idle connections."""
         idle, self._idle = self._idle, {}
         for conns in idle.values():
             for conn, _address in conns:
@@ -677,3 +824,7 @@ async def _within(awaitable: Any, timeout: float) -> Optional[asyncio.Future[Any
     with contextlib.suppress(BaseException):
         await task
     return None
+
+
+# Last: redis_lease.asyncio.Lock builds on this module's Leases.
+from ._aiolock import Lock  # noqa: E402
