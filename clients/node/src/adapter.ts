@@ -28,8 +28,117 @@ export interface LeaseAdapter {
   blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown>;
   /** True for an error the server replied (as opposed to a connection failure). */
   isReplyError(err: unknown): boolean;
+  /**
+   * Send one command exactly once on a connection of the adapter's own that neither
+   * queues while disconnected nor resends after a reconnect, to the server the client
+   * would route `key` to, and wait at most `timeoutMs` for the reply. A reply error
+   * rejects as is (the command did not run; `READONLY` excepted, see below). Anything
+   * else rejects with `Unanswered`: `sent` says whether the command may have reached the
+   * server. On a timeout the connection is closed, so the command can never be sent
+   * later. A `READONLY` reply (a master demoted by a failover) is an `Unanswered` that
+   * was not sent, and the next call asks the topology for the master again.
+   */
+  once(key: string, args: Arg[], timeoutMs: number): Promise<unknown>;
   /** Close the connections the adapter opened itself (never the client it was given). */
   close(): Promise<void>;
+}
+
+/** A command of `LeaseAdapter.once` that got no reply. */
+export class Unanswered extends Error {
+  constructor(
+    message: string,
+    /** The command may have reached the server (it was written to a connection). */
+    readonly sent: boolean,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+    this.name = 'Unanswered';
+  }
+}
+
+function isReadonly(err: unknown): boolean {
+  return isServerReplyError(err) && /^READONLY/.test((err as Error).message);
+}
+
+/**
+ * The connections of `once()`: one per server address (`''` outside a cluster), opened
+ * on first use, dropped on any failure so that the next call opens a fresh one (which,
+ * under Sentinel, asks the Sentinels where the master is).
+ */
+class OnceConnections<C> {
+  private readonly conns = new Map<string, Promise<C>>();
+  private closed = false;
+
+  constructor(
+    private readonly open: (address: string) => Promise<C>,
+    private readonly send: (conn: C, args: Arg[]) => Promise<unknown>,
+    private readonly kill: (conn: C) => void,
+  ) {}
+
+  private drop(address: string, conn: Promise<C>): void {
+    if (this.conns.get(address) === conn) this.conns.delete(address);
+    conn.then(this.kill, () => undefined);
+  }
+
+  async run(address: string, args: Arg[], timeoutMs: number): Promise<unknown> {
+    if (this.closed) throw new Unanswered('redis-lease: adapter closed', false);
+    let timer: NodeJS.Timeout | undefined;
+    let timedOut = false;
+    const deadline = new Promise<'timeout'>((res) => {
+      timer = setTimeout(() => {
+        timedOut = true;
+        res('timeout');
+      }, Math.max(0, timeoutMs));
+    });
+    let conn = this.conns.get(address);
+    if (!conn) {
+      conn = this.open(address);
+      conn.catch(() => undefined);
+      this.conns.set(address, conn);
+    }
+    let sent = false;
+    try {
+      let ready: C;
+      try {
+        const c = await Promise.race([conn, deadline]);
+        if (c === 'timeout') throw new Error(`no connection within ${timeoutMs} ms`);
+        ready = c;
+      } catch (error) {
+        this.drop(address, conn);
+        throw new Unanswered(`redis-lease: could not connect: ${String(error)}`, false, { cause: error });
+      }
+      const reply = this.send(ready, args);
+      sent = true;
+      reply.catch(() => undefined);
+      const r = await Promise.race([reply, deadline]);
+      if (r === 'timeout' && timedOut) {
+        this.drop(address, conn);
+        throw new Unanswered(`redis-lease: no reply within ${timeoutMs} ms`, true);
+      }
+      return r;
+    } catch (error) {
+      if (error instanceof Unanswered) throw error;
+      if (isReadonly(error)) {
+        this.drop(address, conn);
+        throw new Unanswered(`redis-lease: ${(error as Error).message}`, false, { cause: error });
+      }
+      if (isServerReplyError(error)) throw error;
+      this.drop(address, conn);
+      // Refused before writing (no offline queue) means it was not sent.
+      const notWritten = /enableOfflineQueue|offline|isn't writeable|client is closed/i.test(String(error));
+      throw new Unanswered(`redis-lease: ${String(error)}`, sent && !notWritten, { cause: error });
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    const all = [...this.conns.values()];
+    this.conns.clear();
+    for (const c of all) c.then(this.kill, () => undefined);
+    await Promise.allSettled(all);
+  }
 }
 
 function hasMethod(obj: unknown, name: string): boolean {
@@ -167,6 +276,7 @@ export class IoRedisAdapter implements LeaseAdapter {
   private readonly cluster: boolean;
   private commandCtor: IoCommandCtor | undefined;
   private readonly pool: BlockingPool<IoRedisLike>;
+  private readonly direct: OnceConnections<IoRedisLike>;
 
   constructor(
     private readonly client: IoRedisLike,
@@ -186,6 +296,46 @@ export class IoRedisAdapter implements LeaseAdapter {
       },
       (conn) => conn.disconnect(),
     );
+    this.direct = new OnceConnections<IoRedisLike>(
+      (address) => this.openDirect(address),
+      (conn, args) => conn.call(String(args[0]), ...args.slice(1)),
+      (conn) => conn.disconnect(),
+    );
+  }
+
+  /**
+   * A connection for `once()`: the client's own settings (under Sentinel: its Sentinels
+   * and master name, so it connects to the master they name now), but nothing queued
+   * while disconnected, nothing resent after a reconnect, and no reconnect at all.
+   */
+  private async openDirect(address: string): Promise<IoRedisLike> {
+    const noRetry = {
+      enableOfflineQueue: false,
+      autoResendUnfulfilledCommands: false,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+      sentinelRetryStrategy: () => null,
+      reconnectOnError: () => false,
+      lazyConnect: true,
+    };
+    let conn: IoRedisLike & { connect(): Promise<void> };
+    if (this.cluster) {
+      const [host, port] = splitAddress(address);
+      // A node's duplicate carries the cluster's redisOptions (auth, TLS) to another address.
+      const nodes = (this.client as unknown as { nodes(role: string): Array<{ duplicate(o: object): typeof conn }> }).nodes('all');
+      if (!nodes[0]) throw new Error('redis-lease: the cluster has no connected node');
+      conn = nodes[0].duplicate({ host, port, ...noRetry });
+    } else {
+      conn = (this.client as unknown as { duplicate(o: object): typeof conn }).duplicate(noRetry);
+    }
+    conn.on('error', () => undefined);
+    try {
+      await conn.connect();
+    } catch (err) {
+      conn.disconnect();
+      throw err;
+    }
+    return conn;
   }
 
   private commandClass(): IoCommandCtor {
@@ -273,13 +423,27 @@ export class IoRedisAdapter implements LeaseAdapter {
     return this.pool.run(key, args, signal);
   }
 
+  once(key: string, args: Arg[], timeoutMs: number): Promise<unknown> {
+    let address = '';
+    if (this.cluster) {
+      address = (this.client as unknown as { slots?: string[][] }).slots?.[keySlot(key)]?.[0] ?? '';
+      if (!address) return Promise.reject(new Unanswered(`redis-lease: no node known for ${key}`, false));
+    }
+    return this.direct.run(address, args, timeoutMs);
+  }
+
   isReplyError(err: unknown): boolean {
     return isServerReplyError(err);
   }
 
-  close(): Promise<void> {
-    return this.pool.close();
+  async close(): Promise<void> {
+    await Promise.all([this.pool.close(), this.direct.close()]);
   }
+}
+
+function splitAddress(address: string): [string, number] {
+  const i = address.lastIndexOf(':');
+  return [address.slice(0, i), Number(address.slice(i + 1))];
 }
 
 // ---------------------------------------------------------------- node-redis
@@ -335,6 +499,7 @@ function nodeRedisKill(conn: AnyNodeRedis): void {
 export class NodeRedisAdapter implements LeaseAdapter {
   private readonly cluster: boolean;
   private readonly pool: BlockingPool<AnyNodeRedis>;
+  private readonly direct: OnceConnections<NodeRedisClientLike>;
 
   constructor(private readonly client: AnyNodeRedis) {
     this.cluster = isNodeRedisCluster(client);
@@ -349,6 +514,51 @@ export class NodeRedisAdapter implements LeaseAdapter {
       nodeRedisQuit,
       nodeRedisKill,
     );
+    this.direct = new OnceConnections<NodeRedisClientLike>(
+      (address) => this.openDirect(address),
+      (conn, args) => conn.sendCommand(args.map((a) => (typeof a === 'number' ? String(a) : a))),
+      nodeRedisKill,
+    );
+  }
+
+  /**
+   * A connection for `once()`: a duplicate of the client (in a cluster: of the client
+   * of the node serving the key) that rejects commands while disconnected instead of
+   * queueing them and never reconnects.
+   */
+  private async openDirect(address: string): Promise<NodeRedisClientLike> {
+    let base: NodeRedisClientLike;
+    if (this.cluster) {
+      const cluster = this.client as NodeRedisClusterLike & { nodeClient(node: unknown): unknown };
+      const master = cluster.getMasters().find((m) => nodeAddress(m) === address);
+      if (!master) throw new Error(`redis-lease: no master at ${address}`);
+      base = (await cluster.nodeClient(master)) as NodeRedisClientLike;
+    } else {
+      base = this.client as NodeRedisClientLike;
+    }
+    const socket = (base as unknown as { options?: { socket?: object } }).options?.socket ?? {};
+    const conn = (base as unknown as { duplicate(o: object): NodeRedisClientLike }).duplicate({
+      disableOfflineQueue: true,
+      socket: { ...socket, reconnectStrategy: false },
+    });
+    conn.on('error', () => undefined);
+    try {
+      await conn.connect();
+    } catch (err) {
+      nodeRedisKill(conn);
+      throw err;
+    }
+    return conn;
+  }
+
+  once(key: string, args: Arg[], timeoutMs: number): Promise<unknown> {
+    let address = '';
+    if (this.cluster) {
+      const cluster = this.client as NodeRedisClusterLike & { getSlotMaster(slot: number): unknown };
+      address = nodeAddress(cluster.getSlotMaster(keySlot(key)));
+      if (!address) return Promise.reject(new Unanswered(`redis-lease: no node known for ${key}`, false));
+    }
+    return this.direct.run(address, args, timeoutMs);
   }
 
   private send(target: AnyNodeRedis, key: string, args: Arg[]): Promise<unknown> {
@@ -374,13 +584,18 @@ export class NodeRedisAdapter implements LeaseAdapter {
     return isServerReplyError(err);
   }
 
-  close(): Promise<void> {
-    return this.pool.close();
+  async close(): Promise<void> {
+    await Promise.all([this.pool.close(), this.direct.close()]);
   }
 }
 
+function nodeAddress(node: unknown): string {
+  const n = node as { host?: string; port?: number } | undefined;
+  return n?.host && n.port ? `${n.host}:${n.port}` : '';
+}
+
 function isAdapter(obj: unknown): obj is LeaseAdapter {
-  return ['call', 'batch', 'blocking', 'isReplyError', 'close'].every((m) => hasMethod(obj, m));
+  return ['call', 'batch', 'blocking', 'once', 'isReplyError', 'close'].every((m) => hasMethod(obj, m));
 }
 
 /** The adapter for a client: ioredis, node-redis, or an adapter given as is. */

@@ -56,3 +56,29 @@ export function staleFenceFrom(resource: string, err: unknown): StaleFence | und
   if (!m) return undefined;
   return new StaleFence(resource, Number(m[1]), Number(m[2]), message);
 }
+
+/**
+ * A fenced write (`fenceCall`) was sent and no reply came before the lease's deadline, or
+ * its connection failed after sending: it may have run once (on the server it reached,
+ * even after this error), or not at all. It is never sent again unless the call asked
+ * for `retries`. The lease is `suspended` until a renewal confirms it, and `lost` once
+ * its deadline has passed: read `lease.state`. The last attempt's error is `cause`.
+ */
+export class WriteIndeterminate extends LeaseError {
+  readonly key: string;
+  readonly resource: string;
+  readonly fence: number;
+  /** How many times the write was sent. */
+  readonly attempts: number;
+  constructor(key: string, resource: string, fence: number, attempts: number, options?: { cause?: unknown }) {
+    super(
+      `fenced write to ${resource} (lease on ${key}, fence ${fence}) got no reply before the lease's deadline ` +
+        `or lost its connection: it may or may not have run`,
+      options,
+    );
+    this.key = key;
+    this.resource = resource;
+    this.fence = fence;
+    this.attempts = attempts;
+  }
+}

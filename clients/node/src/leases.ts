@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 
-import { adapterFor, type Arg, type BatchItem, type LeaseAdapter } from './adapter';
-import { LeaseLost, NotAcquired, staleFenceFrom } from './errors';
+import { adapterFor, type Arg, type BatchItem, type LeaseAdapter, Unanswered } from './adapter';
+import { LeaseLost, NotAcquired, staleFenceFrom, WriteIndeterminate } from './errors';
 
 /**
  * - `held`: the last renewal was confirmed and its deadline has not passed.
@@ -237,18 +237,65 @@ export class Lease {
 
   /**
    * `LEASE.FENCE resource fence ...args`: runs the command only if this lease's fence is
-   * not older than the resource's highest. A STALE reply throws StaleFence and marks the
-   * lease lost (a newer holder has written).
+   * not older than the resource's highest, in one atomic step. Returns its reply.
+   *
+   * The write is sent once, on a connection of the adapter's own that neither queues
+   * nor resends, and its reply awaited no longer than the lease's time left. Throws
+   * StaleFence (and the lease is lost) when a newer holder has written; LeaseLost,
+   * sending nothing, when the lease is already lost; WriteIndeterminate when it was sent
+   * and no reply came in time or the connection failed after sending: it may have run,
+   * and may still run on the server it reached, but it is never sent again, and the
+   * lease is `suspended` (then `lost` at its deadline) until a renewal confirms it. A
+   * failure before anything was sent rejects with that error (the write did not run).
    */
   async fenceCall(resource: string, ...args: Arg[]): Promise<unknown> {
+    return this.fenceCallWith(resource, args);
+  }
+
+  /**
+   * `fenceCall` with options. `retries`: how many more times to send the write after an
+   * unanswered attempt, while the lease is held or suspended and within its deadline,
+   * each on a new connection. Only for a command that is safe to run twice: a retry
+   * after an unanswered attempt can make it run twice.
+   */
+  async fenceCallWith(resource: string, args: Arg[], options: { retries?: number } = {}): Promise<unknown> {
     this.check();
-    try {
-      return await this._leases._adapter.call(resource, ['LEASE.FENCE', resource, this.fence, ...args]);
-    } catch (err) {
-      const stale = this._leases._adapter.isReplyError(err) ? staleFenceFrom(resource, err) : undefined;
-      if (!stale) throw err;
-      this._leases._lose(this, `a write to ${resource} was refused as stale`, stale);
-      throw stale;
+    let retries = options.retries ?? 0;
+    let attempts = 0;
+    let cause: unknown;
+    for (;;) {
+      this._refresh();
+      const left = this.deadline - now();
+      if ((this._state !== 'held' && this._state !== 'suspended') || left <= 0) {
+        this._refresh();
+        if (attempts > 0) throw new WriteIndeterminate(this.key, resource, this.fence, attempts, { cause });
+        this.check();
+        throw this._abort.signal.reason ?? new Error(`redis-lease: lease on ${this.key} is not held`);
+      }
+      try {
+        return await this._leases._adapter.once(resource, ['LEASE.FENCE', resource, this.fence, ...args], Math.ceil(left) + 1);
+      } catch (err) {
+        if (!(err instanceof Unanswered)) {
+          const stale = this._leases._adapter.isReplyError(err) ? staleFenceFrom(resource, err) : undefined;
+          if (!stale) throw err;
+          this._leases._lose(this, `a write to ${resource} was refused as stale`, stale);
+          throw stale;
+        }
+        this._leases._writeFailed(this);
+        if (err.sent) {
+          attempts++;
+          cause = err;
+        }
+        if (retries <= 0) {
+          this._refresh();
+          if (attempts > 0) throw new WriteIndeterminate(this.key, resource, this.fence, attempts, { cause });
+          if (this.state === 'lost') throw new LeaseLost(this.key, this.fence, 'lost while a fenced write was refused', { cause: err });
+          throw err.cause ?? err;
+        }
+        retries--;
+        // As the watchdog after a failed renewal: soon, but not in a tight loop.
+        await new Promise((r) => setTimeout(r, Math.max(5, Math.min(this.ttlMs / 10 || 250, 250))));
+      }
     }
   }
 }
@@ -518,6 +565,19 @@ export class Leases {
     lease._nextRenewAt = sentAt + lease.ttlMs / 3;
     lease._renewals++;
     if (lease._state === 'suspended') this.setStateWithHolds(lease, 'held');
+  }
+
+  /**
+   * @internal a fenced write went unanswered: the server may not be answering, so the
+   * lease is suspended (lost at its deadline) until the watchdog, asked to renew now,
+   * confirms it. A hold that lives by its session suspends the session.
+   */
+  _writeFailed(lease: Lease): void {
+    const target = lease._bound && lease.session ? lease.session : lease;
+    if (target._state !== 'held' && target._state !== 'suspended') return;
+    this.setStateWithHolds(target, 'suspended');
+    if (target._inflightSince < 0) target._nextRenewAt = now();
+    this.reschedule();
   }
 
   private setStateWithHolds(lease: Lease, state: 'held' | 'suspended'): void {

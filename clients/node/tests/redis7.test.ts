@@ -1,3 +1,5 @@
+import { defineFencedWrites } from './fenced';
 import { defineSuite } from './suite';
 
 defineSuite('redis7');
+defineFencedWrites('redis7');

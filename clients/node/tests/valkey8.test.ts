@@ -1,3 +1,5 @@
+import { defineFencedWrites } from './fenced';
 import { defineSuite } from './suite';
 
 defineSuite('valkey8');
+defineFencedWrites('valkey8');
