@@ -1,3 +1,5 @@
+import { performance } from 'node:perf_hooks';
+
 /**
  * Adapters: the few things Leases needs from a Redis client. One for ioredis 5
  * (`Redis` and `Cluster`), one for node-redis 4 and 5 (`createClient`, `createCluster`).
@@ -80,7 +82,18 @@ class OnceConnections<C> {
     conn.then(this.kill, () => undefined);
   }
 
-  async run(address: string, args: Arg[], timeoutMs: number): Promise<unknown> {
+  run(address: string, args: Arg[], timeoutMs: number): Promise<unknown> {
+    return this.with(address, (conn) => this.send(conn, args), timeoutMs);
+  }
+
+  /** Drops the connection to `address` (a demoted master's, say) if there is one. */
+  forget(address: string): void {
+    const conn = this.conns.get(address);
+    if (conn) this.drop(address, conn);
+  }
+
+  /** Runs `fn` on the connection to `address` (opened if need be) within `timeoutMs`. */
+  async with<T>(address: string, fn: (conn: C) => Promise<T>, timeoutMs: number): Promise<T> {
     if (this.closed) throw new Unanswered('redis-lease: adapter closed', false);
     let timer: NodeJS.Timeout | undefined;
     let timedOut = false;
@@ -107,7 +120,7 @@ class OnceConnections<C> {
         this.drop(address, conn);
         throw new Unanswered(`redis-lease: could not connect: ${String(error)}`, false, { cause: error });
       }
-      const reply = this.send(ready, args);
+      const reply = fn(ready);
       sent = true;
       reply.catch(() => undefined);
       const r = await Promise.race([reply, deadline]);
@@ -115,7 +128,7 @@ class OnceConnections<C> {
         this.drop(address, conn);
         throw new Unanswered(`redis-lease: no reply within ${timeoutMs} ms`, true);
       }
-      return r;
+      return r as T;
     } catch (error) {
       if (error instanceof Unanswered) throw error;
       if (isReadonly(error)) {
@@ -222,6 +235,86 @@ class BlockingPool<C> {
 
 // ---------------------------------------------------------------- ioredis
 
+/** The ioredis options this adapter reads to follow a Sentinel-managed master. */
+interface IoSentinelOptions {
+  sentinels?: Array<{ host?: string; port?: number }> | null;
+  name?: string;
+  sentinelUsername?: string;
+  sentinelPassword?: string;
+}
+
+const NO_RETRY = {
+  enableOfflineQueue: false,
+  autoResendUnfulfilledCommands: false,
+  maxRetriesPerRequest: 0,
+  retryStrategy: () => null,
+  sentinelRetryStrategy: () => null,
+  reconnectOnError: () => false,
+  lazyConnect: true,
+};
+
+/**
+ * Which server the Sentinels of an ioredis client name as the master, asked as ioredis
+ * asks (each Sentinel in turn, the first answer wins), on connections of its own that
+ * never wait longer than the time given.
+ */
+class SentinelView {
+  private readonly conns: OnceConnections<IoRedisLike>;
+  private readonly addresses: string[];
+
+  constructor(
+    client: IoRedisLike,
+    private readonly options: IoSentinelOptions,
+  ) {
+    this.addresses = (options.sentinels ?? []).map((s) => `${s.host ?? '127.0.0.1'}:${s.port ?? 26379}`);
+    this.conns = new OnceConnections<IoRedisLike>(
+      async (address) => {
+        const [host, port] = splitAddress(address);
+        const conn = (client as unknown as { duplicate(o: object): IoRedisLike & { connect(): Promise<void> } }).duplicate({
+          ...NO_RETRY,
+          sentinels: null,
+          host,
+          port,
+          db: 0,
+          username: options.sentinelUsername,
+          password: options.sentinelPassword,
+          enableReadyCheck: false,
+        });
+        conn.on('error', () => undefined);
+        await conn.connect();
+        return conn;
+      },
+      (conn, args) => conn.call(String(args[0]), ...args.slice(1)),
+      (conn) => conn.disconnect(),
+    );
+  }
+
+  /** The master's `host:port`, or undefined when no Sentinel names one within `timeoutMs`. */
+  async master(timeoutMs: number): Promise<string | undefined> {
+    const until = performance.now() + timeoutMs;
+    for (const address of this.addresses) {
+      const left = until - performance.now();
+      if (left <= 0) break;
+      try {
+        const r = (await this.conns.run(address, ['SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.options.name ?? 'mymaster'], left)) as
+          | string[]
+          | null;
+        if (Array.isArray(r) && r.length >= 2) return `${r[0]}:${r[1]}`;
+      } catch {
+        // this Sentinel does not answer or know the name: ask the next
+      }
+    }
+    return undefined;
+  }
+
+  close(): Promise<void> {
+    return this.conns.close();
+  }
+}
+
+/** How long a renewal batch or a Sentinel question may take before its connection is dropped. */
+const SENTINEL_BATCH_TIMEOUT_MS = 5000;
+
 /** The parts of an ioredis `Redis` or `Cluster` this adapter uses. */
 export interface IoRedisLike {
   call(command: string, ...args: Arg[]): Promise<unknown>;
@@ -277,6 +370,8 @@ export class IoRedisAdapter implements LeaseAdapter {
   private commandCtor: IoCommandCtor | undefined;
   private readonly pool: BlockingPool<IoRedisLike>;
   private readonly direct: OnceConnections<IoRedisLike>;
+  /** Under Sentinel: the Sentinels, asked before every renewal batch and fenced write. */
+  private readonly sentinel: SentinelView | undefined;
 
   constructor(
     private readonly client: IoRedisLike,
@@ -284,6 +379,8 @@ export class IoRedisAdapter implements LeaseAdapter {
   ) {
     this.cluster = client.isCluster === true;
     this.commandCtor = options.Command as IoCommandCtor | undefined;
+    const so = (client as unknown as { options?: IoSentinelOptions }).options;
+    this.sentinel = !this.cluster && so?.sentinels?.length ? new SentinelView(client, so) : undefined;
     this.pool = new BlockingPool<IoRedisLike>(
       async () => {
         const conn = this.client.duplicate();
@@ -304,29 +401,24 @@ export class IoRedisAdapter implements LeaseAdapter {
   }
 
   /**
-   * A connection for `once()`: the client's own settings (under Sentinel: its Sentinels
-   * and master name, so it connects to the master they name now), but nothing queued
-   * while disconnected, nothing resent after a reconnect, and no reconnect at all.
+   * A connection for `once()` (and, under Sentinel, for renewal batches): the client's
+   * own settings, at the address of the key's node in a cluster or of the master the
+   * Sentinels name, but nothing queued while disconnected, nothing resent after a
+   * reconnect, and no reconnect at all.
    */
   private async openDirect(address: string): Promise<IoRedisLike> {
-    const noRetry = {
-      enableOfflineQueue: false,
-      autoResendUnfulfilledCommands: false,
-      maxRetriesPerRequest: 0,
-      retryStrategy: () => null,
-      sentinelRetryStrategy: () => null,
-      reconnectOnError: () => false,
-      lazyConnect: true,
-    };
     let conn: IoRedisLike & { connect(): Promise<void> };
     if (this.cluster) {
       const [host, port] = splitAddress(address);
       // A node's duplicate carries the cluster's redisOptions (auth, TLS) to another address.
       const nodes = (this.client as unknown as { nodes(role: string): Array<{ duplicate(o: object): typeof conn }> }).nodes('all');
       if (!nodes[0]) throw new Error('redis-lease: the cluster has no connected node');
-      conn = nodes[0].duplicate({ host, port, ...noRetry });
+      conn = nodes[0].duplicate({ host, port, ...NO_RETRY });
+    } else if (this.sentinel) {
+      const [host, port] = splitAddress(address);
+      conn = (this.client as unknown as { duplicate(o: object): typeof conn }).duplicate({ ...NO_RETRY, sentinels: null, host, port });
     } else {
-      conn = (this.client as unknown as { duplicate(o: object): typeof conn }).duplicate(noRetry);
+      conn = (this.client as unknown as { duplicate(o: object): typeof conn }).duplicate(NO_RETRY);
     }
     conn.on('error', () => undefined);
     try {
@@ -381,6 +473,7 @@ export class IoRedisAdapter implements LeaseAdapter {
   }
 
   async batch(items: BatchItem[]): Promise<BatchResult[]> {
+    if (this.sentinel) return this.sentinelBatch(items);
     const results: BatchResult[] = new Array<BatchResult>(items.length);
     // A cluster pipeline must stay on one node: group by the nodes serving each slot.
     const groups = new Map<string, number[]>();
@@ -419,15 +512,53 @@ export class IoRedisAdapter implements LeaseAdapter {
     return results;
   }
 
+  /**
+   * Under Sentinel the Sentinels are asked which server is the master before every batch,
+   * and the batch goes there on a connection of its own: a demoted master goes on
+   * accepting writes until Sentinel reconfigures it, and the client's own connection
+   * may still be on it. A READONLY reply drops that connection.
+   */
+  private async sentinelBatch(items: BatchItem[]): Promise<BatchResult[]> {
+    const fail = (error: unknown): BatchResult[] => items.map(() => ({ ok: false, error }));
+    const address = await this.sentinel!.master(SENTINEL_BATCH_TIMEOUT_MS);
+    if (!address) return fail(new Error('redis-lease: no Sentinel named a master in time'));
+    try {
+      const replies = await this.direct.with(
+        address,
+        (conn) => {
+          const pipe = conn.pipeline();
+          for (const { args } of items) pipe.call(String(args[0]), ...args.slice(1));
+          return pipe.exec();
+        },
+        SENTINEL_BATCH_TIMEOUT_MS,
+      );
+      const results = items.map((_, n): BatchResult => {
+        const r = replies?.[n];
+        if (!r) return { ok: false, error: new Error('redis-lease: pipeline returned no reply') };
+        return r[0] ? { ok: false, error: r[0] } : { ok: true, value: r[1] };
+      });
+      if (results.some((r) => !r.ok && isReadonly(r.error))) this.direct.forget(address);
+      return results;
+    } catch (error) {
+      return fail(error);
+    }
+  }
+
   blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown> {
     return this.pool.run(key, args, signal);
   }
 
-  once(key: string, args: Arg[], timeoutMs: number): Promise<unknown> {
+  async once(key: string, args: Arg[], timeoutMs: number): Promise<unknown> {
+    if (this.sentinel) {
+      const start = performance.now();
+      const address = await this.sentinel.master(timeoutMs);
+      if (!address) throw new Unanswered('redis-lease: no Sentinel named a master in time', false);
+      return this.direct.run(address, args, timeoutMs - (performance.now() - start));
+    }
     let address = '';
     if (this.cluster) {
       address = (this.client as unknown as { slots?: string[][] }).slots?.[keySlot(key)]?.[0] ?? '';
-      if (!address) return Promise.reject(new Unanswered(`redis-lease: no node known for ${key}`, false));
+      if (!address) throw new Unanswered(`redis-lease: no node known for ${key}`, false);
     }
     return this.direct.run(address, args, timeoutMs);
   }
@@ -437,7 +568,7 @@ export class IoRedisAdapter implements LeaseAdapter {
   }
 
   async close(): Promise<void> {
-    await Promise.all([this.pool.close(), this.direct.close()]);
+    await Promise.all([this.pool.close(), this.direct.close(), this.sentinel?.close()]);
   }
 }
 
@@ -589,6 +720,99 @@ export class NodeRedisAdapter implements LeaseAdapter {
   }
 }
 
+/** The parts of a node-redis 5 Sentinel client (`createSentinel`) this adapter uses. */
+export interface NodeRedisSentinelLike {
+  sendCommand(isReadonly: boolean | undefined, args: Array<string | Buffer>): Promise<unknown>;
+  getMasterNode(): { host: string; port: number } | undefined;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+}
+
+/** node-redis's `createClient`, or a wrapper of it that adds the options a server needs (auth, TLS). */
+export type CreateClient = (options: {
+  socket: { host: string; port: number; reconnectStrategy?: false };
+  disableOfflineQueue?: boolean;
+}) => unknown;
+
+export function isNodeRedisSentinel(client: unknown): client is NodeRedisSentinelLike {
+  return hasMethod(client, 'getMasterNode') && hasMethod(client, 'sendCommand') && hasMethod(client, 'getReplicaNodes');
+}
+
+/**
+ * node-redis 5 Sentinel (`createSentinel`). Its commands go to the master the Sentinels
+ * name; it cannot open a plain connection of its own, so connections for blocking
+ * acquires and fenced writes come from `createClient` at the master's current address.
+ */
+export class NodeRedisSentinelAdapter implements LeaseAdapter {
+  private readonly pool: BlockingPool<NodeRedisClientLike>;
+  private readonly direct: OnceConnections<NodeRedisClientLike>;
+
+  constructor(
+    private readonly client: NodeRedisSentinelLike,
+    private readonly createClient: CreateClient | undefined,
+  ) {
+    this.pool = new BlockingPool<NodeRedisClientLike>(
+      () => this.open(false),
+      (conn, _key, args) => conn.sendCommand(strings(args)),
+      nodeRedisQuit,
+      nodeRedisKill,
+    );
+    this.direct = new OnceConnections<NodeRedisClientLike>(
+      () => this.open(true),
+      (conn, args) => conn.sendCommand(strings(args)),
+      nodeRedisKill,
+    );
+  }
+
+  private async open(once: boolean): Promise<NodeRedisClientLike> {
+    if (!this.createClient) {
+      throw new TypeError('redis-lease: a node-redis Sentinel needs new Leases(sentinel, { createClient }) for blocking acquires and fenced writes');
+    }
+    const master = this.client.getMasterNode();
+    if (!master) throw new Error('redis-lease: the Sentinels name no master yet');
+    const socket = once ? { host: master.host, port: master.port, reconnectStrategy: false as const } : { host: master.host, port: master.port };
+    const conn = this.createClient(once ? { socket, disableOfflineQueue: true } : { socket }) as NodeRedisClientLike;
+    conn.on('error', () => undefined);
+    try {
+      await conn.connect();
+    } catch (err) {
+      nodeRedisKill(conn);
+      throw err;
+    }
+    return conn;
+  }
+
+  call(_key: string, args: Arg[]): Promise<unknown> {
+    return this.client.sendCommand(false, strings(args));
+  }
+
+  async batch(items: BatchItem[]): Promise<BatchResult[]> {
+    const settled = await Promise.allSettled(items.map((it) => this.call(it.key, it.args)));
+    return settled.map((s) => (s.status === 'fulfilled' ? { ok: true, value: s.value } : { ok: false, error: s.reason }));
+  }
+
+  blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown> {
+    return this.pool.run(key, args, signal);
+  }
+
+  once(_key: string, args: Arg[], timeoutMs: number): Promise<unknown> {
+    // One connection at a time, keyed by the master's address: a failover opens a new one.
+    const m = this.client.getMasterNode();
+    return this.direct.run(m ? `${m.host}:${m.port}` : '', args, timeoutMs);
+  }
+
+  isReplyError(err: unknown): boolean {
+    return isServerReplyError(err);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.pool.close(), this.direct.close()]);
+  }
+}
+
+function strings(args: Arg[]): Array<string | Buffer> {
+  return args.map((a) => (typeof a === 'number' ? String(a) : a));
+}
+
 function nodeAddress(node: unknown): string {
   const n = node as { host?: string; port?: number } | undefined;
   return n?.host && n.port ? `${n.host}:${n.port}` : '';
@@ -599,8 +823,9 @@ function isAdapter(obj: unknown): obj is LeaseAdapter {
 }
 
 /** The adapter for a client: ioredis, node-redis, or an adapter given as is. */
-export function adapterFor(client: unknown): LeaseAdapter {
+export function adapterFor(client: unknown, options: { createClient?: CreateClient } = {}): LeaseAdapter {
   if (isAdapter(client)) return client;
+  if (isNodeRedisSentinel(client)) return new NodeRedisSentinelAdapter(client, options.createClient);
   if (isIoRedis(client)) return new IoRedisAdapter(client);
   if (isNodeRedis(client)) return new NodeRedisAdapter(client);
   throw new TypeError('redis-lease: expected an ioredis or node-redis client, or a LeaseAdapter');

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 
-import { adapterFor, type Arg, type BatchItem, type LeaseAdapter, Unanswered } from './adapter';
+import { adapterFor, type Arg, type BatchItem, type CreateClient, type LeaseAdapter, Unanswered } from './adapter';
 import { LeaseLost, NotAcquired, staleFenceFrom, WriteIndeterminate } from './errors';
 
 /**
@@ -42,6 +42,12 @@ export interface AcquireOptions {
 }
 
 export interface LeasesOptions {
+  /**
+   * node-redis 5 Sentinel only: node-redis's `createClient` (or a wrapper adding auth or
+   * TLS options), for the connections of blocking acquires and fenced writes, opened at
+   * the address of the master the Sentinels name.
+   */
+  createClient?: CreateClient;
   /** Default lease time, ms. Default 30 000. */
   ttlMs?: number;
   /** Default cap on total hold time for every lease, ms. Default none. */
@@ -332,9 +338,14 @@ export class Leases {
   private readonly all = new Set<Lease>();
   private readonly counters: WatchdogStats = { renewalBatches: 0, renewalsSent: 0 };
 
-  /** `client`: an ioredis `Redis` or `Cluster`, a node-redis client or cluster, or a LeaseAdapter. */
+  /**
+   * `client`: an ioredis `Redis` (standalone or Sentinel) or `Cluster`, a node-redis
+   * client, cluster or (5) Sentinel, or a LeaseAdapter. The watchdog renews through it,
+   * so it follows the same topology: the master the Sentinels name, the node serving
+   * each key's slot.
+   */
   constructor(client: unknown, options: LeasesOptions = {}) {
-    this._adapter = adapterFor(client);
+    this._adapter = adapterFor(client, { createClient: options.createClient });
     checkMs('ttlMs', options.ttlMs, 1);
     this._options = { ...options, ttlMs: options.ttlMs ?? 30_000 };
   }

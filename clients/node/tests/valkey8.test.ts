@@ -1,5 +1,7 @@
 import { defineFencedWrites } from './fenced';
+import { defineSentinel } from './sentinel';
 import { defineSuite } from './suite';
 
 defineSuite('valkey8');
 defineFencedWrites('valkey8');
+defineSentinel('valkey8');

@@ -1,5 +1,7 @@
 import { defineFencedWrites } from './fenced';
+import { defineSentinel } from './sentinel';
 import { defineSuite } from './suite';
 
 defineSuite('valkey9');
 defineFencedWrites('valkey9');
+defineSentinel('valkey9');
