@@ -28,6 +28,18 @@ export interface LeaseAdapter {
    * connection (the server drops the waiter) and rejects with the signal's reason.
    */
   blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown>;
+  /**
+   * Optional: which server a key's commands go to (any string that is equal for two keys
+   * on the same server). Batches put one `WAIT` after each server's commands. Without
+   * it, every key is taken to live on one server.
+   */
+  nodeOf?(key: string): string;
+  /**
+   * Optional: `blocking`, then `after` on the same connection in the same round trip
+   * (sent without waiting for the first reply); resolves with both replies. Without it,
+   * blocking acquires cannot be confirmed by replicas.
+   */
+  blockingThen?(key: string, args: Arg[], after: Arg[], signal: AbortSignal): Promise<[unknown, unknown]>;
   /** True for an error the server replied (as opposed to a connection failure). */
   isReplyError(err: unknown): boolean;
   /**
@@ -192,6 +204,11 @@ class BlockingPool<C> {
   ) {}
 
   async run(key: string, args: Arg[], signal: AbortSignal): Promise<unknown> {
+    return this.runThen(key, args, undefined, signal);
+  }
+
+  /** `run`, with `after` sent right behind `args` on the same connection; both replies when given. */
+  async runThen(key: string, args: Arg[], after: Arg[] | undefined, signal: AbortSignal): Promise<unknown> {
     if (this.closed) throw new Error('redis-lease: adapter closed');
     if (signal.aborted) throw abortError(signal);
     const conn = this.idle.pop() ?? (await this.open());
@@ -209,7 +226,9 @@ class BlockingPool<C> {
     aborted.catch(() => undefined);
     try {
       if (signal.aborted) onAbort?.();
-      const reply = await Promise.race([this.send(conn, key, args), aborted]);
+      const first = this.send(conn, key, args);
+      const replies = after ? Promise.all([first, this.send(conn, key, after)]) : first;
+      const reply = await Promise.race([replies, aborted]);
       return reply;
     } catch (err) {
       if (this.busy.delete(conn)) this.kill(conn);
@@ -563,6 +582,16 @@ export class IoRedisAdapter implements LeaseAdapter {
     return this.direct.run(address, args, timeoutMs);
   }
 
+  nodeOf(key: string): string {
+    if (!this.cluster) return '';
+    const slot = keySlot(key);
+    return (this.client as unknown as { slots?: string[][] }).slots?.[slot]?.join(';') ?? `slot:${slot}`;
+  }
+
+  async blockingThen(key: string, args: Arg[], after: Arg[], signal: AbortSignal): Promise<[unknown, unknown]> {
+    return (await this.pool.runThen(key, args, after, signal)) as [unknown, unknown];
+  }
+
   isReplyError(err: unknown): boolean {
     return isServerReplyError(err);
   }
@@ -711,6 +740,15 @@ export class NodeRedisAdapter implements LeaseAdapter {
     return this.pool.run(key, args, signal);
   }
 
+  nodeOf(key: string): string {
+    if (!this.cluster) return '';
+    return nodeAddress((this.client as unknown as { getSlotMaster(slot: number): unknown }).getSlotMaster(keySlot(key)));
+  }
+
+  async blockingThen(key: string, args: Arg[], after: Arg[], signal: AbortSignal): Promise<[unknown, unknown]> {
+    return (await this.pool.runThen(key, args, after, signal)) as [unknown, unknown];
+  }
+
   isReplyError(err: unknown): boolean {
     return isServerReplyError(err);
   }
@@ -798,6 +836,14 @@ export class NodeRedisSentinelAdapter implements LeaseAdapter {
     // One connection at a time, keyed by the master's address: a failover opens a new one.
     const m = this.client.getMasterNode();
     return this.direct.run(m ? `${m.host}:${m.port}` : '', args, timeoutMs);
+  }
+
+  nodeOf(): string {
+    return '';
+  }
+
+  async blockingThen(key: string, args: Arg[], after: Arg[], signal: AbortSignal): Promise<[unknown, unknown]> {
+    return (await this.pool.runThen(key, args, after, signal)) as [unknown, unknown];
   }
 
   isReplyError(err: unknown): boolean {

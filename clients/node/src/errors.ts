@@ -16,6 +16,20 @@ export class NotAcquired extends LeaseError {
 }
 
 /**
+ * The key was granted, but fewer replicas than `confirm.replicas` acknowledged it within
+ * the timeout: the grant was released again. Retry, or acquire without confirmation.
+ */
+export class NotConfirmed extends NotAcquired {
+  readonly wanted: number;
+  readonly replicas: number;
+  constructor(key: string, wanted: number, replicas: number) {
+    super(key, `lease on ${key} granted but confirmed by ${replicas} of ${wanted} replicas: released`);
+    this.wanted = wanted;
+    this.replicas = replicas;
+  }
+}
+
+/**
  * The lease is gone: a renewal was refused, its deadline passed without a confirmed
  * renewal, its session ended, or a fenced write was refused as stale. It is the
  * `reason` of `lease.signal` and what `leases.using()` throws.

@@ -1,5 +1,5 @@
 export { Lease, Leases, Session } from './leases';
-export type { AcquireOptions, LeaseBody, LeasesOptions, LeaseState, SessionOptions, WatchdogStats } from './leases';
-export { LeaseError, LeaseLost, NotAcquired, StaleFence, WriteIndeterminate } from './errors';
+export type { AcquireOptions, ConfirmOptions, LeaseBody, LeasesOptions, LeaseState, SessionOptions, WatchdogStats } from './leases';
+export { LeaseError, LeaseLost, NotAcquired, NotConfirmed, StaleFence, WriteIndeterminate } from './errors';
 export { IoRedisAdapter, NodeRedisAdapter, NodeRedisSentinelAdapter, Unanswered, adapterFor } from './adapter';
 export type { Arg, BatchItem, BatchResult, CreateClient, LeaseAdapter } from './adapter';

@@ -1,3 +1,4 @@
+import { defineConfirm } from './confirm';
 import { defineFencedWrites } from './fenced';
 import { defineSentinel } from './sentinel';
 import { defineSuite } from './suite';
@@ -5,3 +6,4 @@ import { defineSuite } from './suite';
 defineSuite('redis7');
 defineFencedWrites('redis7');
 defineSentinel('redis7');
+defineConfirm('redis7');

@@ -1,3 +1,4 @@
+import { defineConfirm } from './confirm';
 import { defineFencedWrites } from './fenced';
 import { defineSentinel } from './sentinel';
 import { defineSuite } from './suite';
@@ -5,3 +6,4 @@ import { defineSuite } from './suite';
 defineSuite('valkey8');
 defineFencedWrites('valkey8');
 defineSentinel('valkey8');
+defineConfirm('valkey8');
