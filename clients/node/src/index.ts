@@ -3,3 +3,7 @@ export type { AcquireOptions, ConfirmOptions, LeaseBody, LeasesOptions, LeaseSta
 export { LeaseError, LeaseLost, NotAcquired, NotConfirmed, StaleFence, WriteIndeterminate } from './errors';
 export { IoRedisAdapter, NodeRedisAdapter, NodeRedisSentinelAdapter, Unanswered, adapterFor } from './adapter';
 export type { Arg, BatchItem, BatchResult, CreateClient, LeaseAdapter } from './adapter';
+export { Mutex, ReadWriteLock, Semaphore } from './types';
+export type { HoldOptions } from './types';
+export { Redlock, RedlockError, RedlockLock, ResourceLockedError } from './redlock';
+export type { RedlockAbortSignal, RedlockSettings } from './redlock';

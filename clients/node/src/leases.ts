@@ -3,6 +3,7 @@ import { performance } from 'node:perf_hooks';
 
 import { adapterFor, type Arg, type BatchItem, type BatchResult, type CreateClient, type LeaseAdapter, Unanswered } from './adapter';
 import { LeaseLost, NotAcquired, NotConfirmed, staleFenceFrom, WriteIndeterminate } from './errors';
+import { type HoldOptions, Mutex, ReadWriteLock, Semaphore } from './types';
 
 /**
  * - `held`: the last renewal was confirmed and its deadline has not passed.
@@ -217,6 +218,15 @@ export class Lease {
   get deadline(): number {
     if (!this.session) return this._confirmedUntil;
     return this._bound ? this.session.deadline : Math.min(this._confirmedUntil, this.session.deadline);
+  }
+
+  /**
+   * `await using lease = await leases.acquire(key)`: released when the block exits
+   * (explicit resource management; TypeScript 5.2+, or Node with the syntax). Unlike
+   * `leases.using()`, a loss during the block is not raised here: check `lease.signal`.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
   }
 
   /** Throws the LeaseLost if the lease is lost, and an Error if it was released. */
@@ -474,6 +484,26 @@ export class Leases {
     if (failed) throw bodyError;
     if (releaseFailed) throw releaseError;
     return result as T;
+  }
+
+  /** An exclusive lock on `key`: `acquire()`, `runExclusive(fn)`. */
+  mutex(key: string, defaults: HoldOptions = {}): Mutex {
+    return new Mutex(this, key, defaults);
+  }
+
+  /** A read/write lock on `key`: `read()`, `write()`, `runRead(fn)`, `runWrite(fn)`. */
+  readWriteLock(key: string, defaults: HoldOptions = {}): ReadWriteLock {
+    return new ReadWriteLock(this, key, defaults);
+  }
+
+  /** A semaphore of `permits` on `key`: `acquire()`, `runExclusive(fn)`. */
+  semaphore(key: string, permits: number, defaults: HoldOptions = {}): Semaphore {
+    return new Semaphore(this, key, permits, defaults);
+  }
+
+  /** `using(key, opts, fn)` under the name async-mutex users know. */
+  runExclusive<T>(key: string, fn: LeaseBody<T>, opts: AcquireOptions = {}): Promise<T> {
+    return this.using(key, opts, fn);
   }
 
   /**

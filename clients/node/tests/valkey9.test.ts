@@ -2,8 +2,10 @@ import { defineConfirm } from './confirm';
 import { defineFencedWrites } from './fenced';
 import { defineSentinel } from './sentinel';
 import { defineSuite } from './suite';
+import { defineTypes } from './types';
 
 defineSuite('valkey9');
 defineFencedWrites('valkey9');
 defineSentinel('valkey9');
 defineConfirm('valkey9');
+defineTypes('valkey9');
