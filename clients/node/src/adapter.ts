@@ -633,7 +633,8 @@ function isNodeRedisCluster(client: unknown): client is NodeRedisClusterLike {
   return hasMethod(client, 'getMasters') && hasMethod(client, 'getSlotMaster');
 }
 
-type AnyNodeRedis = NodeRedisClientLike | NodeRedisClusterLike;
+/** A node-redis 4/5 client or cluster. */
+export type AnyNodeRedis = NodeRedisClientLike | NodeRedisClusterLike;
 
 async function nodeRedisQuit(conn: AnyNodeRedis): Promise<void> {
   const c = conn as unknown as Record<string, () => Promise<unknown> | void>;
