@@ -252,6 +252,31 @@ class BlockingPool<C> {
   }
 }
 
+/**
+ * What the three adapters share: a pool of connections for blocking commands and the
+ * connections of `once()`, both opened by the adapter and closed by `close()`.
+ */
+abstract class OwnConnections<P, D> {
+  protected abstract readonly pool: BlockingPool<P>;
+  protected abstract readonly direct: OnceConnections<D>;
+
+  blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown> {
+    return this.pool.run(key, args, signal);
+  }
+
+  async blockingThen(key: string, args: Arg[], after: Arg[], signal: AbortSignal): Promise<[unknown, unknown]> {
+    return (await this.pool.runThen(key, args, after, signal)) as [unknown, unknown];
+  }
+
+  isReplyError(err: unknown): boolean {
+    return isServerReplyError(err);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([this.pool.close(), this.direct.close()]);
+  }
+}
+
 // ---------------------------------------------------------------- ioredis
 
 /** The ioredis options this adapter reads to follow a Sentinel-managed master. */
@@ -384,11 +409,11 @@ export function keySlot(key: string): number {
  * the LEASE commands are not in it. In a cluster the adapter builds each command itself
  * and names its key, so ioredis routes it (and follows MOVED/ASK) as it does GET.
  */
-export class IoRedisAdapter implements LeaseAdapter {
+export class IoRedisAdapter extends OwnConnections<IoRedisLike, IoRedisLike> implements LeaseAdapter {
   private readonly cluster: boolean;
   private commandCtor: IoCommandCtor | undefined;
-  private readonly pool: BlockingPool<IoRedisLike>;
-  private readonly direct: OnceConnections<IoRedisLike>;
+  protected readonly pool: BlockingPool<IoRedisLike>;
+  protected readonly direct: OnceConnections<IoRedisLike>;
   /** Under Sentinel: the Sentinels, asked before every renewal batch and fenced write. */
   private readonly sentinel: SentinelView | undefined;
 
@@ -396,6 +421,7 @@ export class IoRedisAdapter implements LeaseAdapter {
     private readonly client: IoRedisLike,
     options: { Command?: unknown } = {},
   ) {
+    super();
     this.cluster = client.isCluster === true;
     this.commandCtor = options.Command as IoCommandCtor | undefined;
     const so = (client as unknown as { options?: IoSentinelOptions }).options;
@@ -563,10 +589,6 @@ export class IoRedisAdapter implements LeaseAdapter {
     }
   }
 
-  blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown> {
-    return this.pool.run(key, args, signal);
-  }
-
   async once(key: string, args: Arg[], timeoutMs: number): Promise<unknown> {
     if (this.sentinel) {
       const start = performance.now();
@@ -588,16 +610,8 @@ export class IoRedisAdapter implements LeaseAdapter {
     return (this.client as unknown as { slots?: string[][] }).slots?.[slot]?.join(';') ?? `slot:${slot}`;
   }
 
-  async blockingThen(key: string, args: Arg[], after: Arg[], signal: AbortSignal): Promise<[unknown, unknown]> {
-    return (await this.pool.runThen(key, args, after, signal)) as [unknown, unknown];
-  }
-
-  isReplyError(err: unknown): boolean {
-    return isServerReplyError(err);
-  }
-
-  async close(): Promise<void> {
-    await Promise.all([this.pool.close(), this.direct.close(), this.sentinel?.close()]);
+  override async close(): Promise<void> {
+    await Promise.all([super.close(), this.sentinel?.close()]);
   }
 }
 
@@ -657,12 +671,13 @@ function nodeRedisKill(conn: AnyNodeRedis): void {
  * node-redis pipelines every command issued in the same tick into one write, so a batch
  * is the commands sent together.
  */
-export class NodeRedisAdapter implements LeaseAdapter {
+export class NodeRedisAdapter extends OwnConnections<AnyNodeRedis, NodeRedisClientLike> implements LeaseAdapter {
   private readonly cluster: boolean;
-  private readonly pool: BlockingPool<AnyNodeRedis>;
-  private readonly direct: OnceConnections<NodeRedisClientLike>;
+  protected readonly pool: BlockingPool<AnyNodeRedis>;
+  protected readonly direct: OnceConnections<NodeRedisClientLike>;
 
   constructor(private readonly client: AnyNodeRedis) {
+    super();
     this.cluster = isNodeRedisCluster(client);
     this.pool = new BlockingPool<AnyNodeRedis>(
       async () => {
@@ -737,26 +752,11 @@ export class NodeRedisAdapter implements LeaseAdapter {
     return settled.map((s) => (s.status === 'fulfilled' ? { ok: true, value: s.value } : { ok: false, error: s.reason }));
   }
 
-  blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown> {
-    return this.pool.run(key, args, signal);
-  }
-
   nodeOf(key: string): string {
     if (!this.cluster) return '';
     return nodeAddress((this.client as unknown as { getSlotMaster(slot: number): unknown }).getSlotMaster(keySlot(key)));
   }
 
-  async blockingThen(key: string, args: Arg[], after: Arg[], signal: AbortSignal): Promise<[unknown, unknown]> {
-    return (await this.pool.runThen(key, args, after, signal)) as [unknown, unknown];
-  }
-
-  isReplyError(err: unknown): boolean {
-    return isServerReplyError(err);
-  }
-
-  async close(): Promise<void> {
-    await Promise.all([this.pool.close(), this.direct.close()]);
-  }
 }
 
 /** The parts of a node-redis 5 Sentinel client (`createSentinel`) this adapter uses. */
@@ -781,14 +781,15 @@ export function isNodeRedisSentinel(client: unknown): client is NodeRedisSentine
  * name; it cannot open a plain connection of its own, so connections for blocking
  * acquires and fenced writes come from `createClient` at the master's current address.
  */
-export class NodeRedisSentinelAdapter implements LeaseAdapter {
-  private readonly pool: BlockingPool<NodeRedisClientLike>;
-  private readonly direct: OnceConnections<NodeRedisClientLike>;
+export class NodeRedisSentinelAdapter extends OwnConnections<NodeRedisClientLike, NodeRedisClientLike> implements LeaseAdapter {
+  protected readonly pool: BlockingPool<NodeRedisClientLike>;
+  protected readonly direct: OnceConnections<NodeRedisClientLike>;
 
   constructor(
     private readonly client: NodeRedisSentinelLike,
     private readonly createClient: CreateClient | undefined,
   ) {
+    super();
     this.pool = new BlockingPool<NodeRedisClientLike>(
       () => this.open(false),
       (conn, _key, args) => conn.sendCommand(strings(args)),
@@ -829,10 +830,6 @@ export class NodeRedisSentinelAdapter implements LeaseAdapter {
     return settled.map((s) => (s.status === 'fulfilled' ? { ok: true, value: s.value } : { ok: false, error: s.reason }));
   }
 
-  blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown> {
-    return this.pool.run(key, args, signal);
-  }
-
   once(_key: string, args: Arg[], timeoutMs: number): Promise<unknown> {
     // One connection at a time, keyed by the master's address: a failover opens a new one.
     const m = this.client.getMasterNode();
@@ -843,17 +840,6 @@ export class NodeRedisSentinelAdapter implements LeaseAdapter {
     return '';
   }
 
-  async blockingThen(key: string, args: Arg[], after: Arg[], signal: AbortSignal): Promise<[unknown, unknown]> {
-    return (await this.pool.runThen(key, args, after, signal)) as [unknown, unknown];
-  }
-
-  isReplyError(err: unknown): boolean {
-    return isServerReplyError(err);
-  }
-
-  async close(): Promise<void> {
-    await Promise.all([this.pool.close(), this.direct.close()]);
-  }
 }
 
 function strings(args: Arg[]): Array<string | Buffer> {

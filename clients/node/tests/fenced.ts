@@ -8,8 +8,6 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 
-import type Redis from 'ioredis';
-
 import { Lease, Leases, WriteIndeterminate } from '../src';
 import {
   CLIENT_KINDS,
@@ -22,10 +20,13 @@ import {
   type TestClient,
   unreadAt,
   waitFor,
+  withServer,
 } from './harness';
 
 /** Big enough to stand out among a stopped server's unread bytes (a renewal is < 100). */
 const BODY = 'x'.repeat(2000);
+/** A server that keeps its data across a crash: AOF, fsync on every write. */
+const DURABLE = ['--appendonly', 'yes', '--appendfsync', 'always'];
 /** Slack for timers on a loaded 2-core machine. */
 const JITTER = 300;
 
@@ -37,20 +38,6 @@ function processState(pid: number): string {
 
 let seq = 0;
 const unique = (name: string): string => `${name}:${process.pid}:${++seq}`;
-
-async function withServer(flavor: Flavor, args: string[], fn: (s: Server, admin: Redis) => Promise<void>): Promise<void> {
-  const s = await Server.start(flavor, { args });
-  const admin = s.admin();
-  try {
-    await fn(s, admin);
-  } catch (err) {
-    if (err instanceof Error) err.message += `\n--- ${flavor} server log (tail) ---\n${s.log.split('\n').slice(-20).join('\n')}`;
-    throw err;
-  } finally {
-    admin.disconnect();
-    await s.stop();
-  }
-}
 
 /** Acquires `key` and writes through its resource once, so the write's connection is open. */
 async function leaseWithWrite(c: TestClient, key: string, ttlMs: number): Promise<{ leases: Leases; lease: Lease }> {
@@ -93,7 +80,7 @@ export function defineFencedWrites(flavor: Flavor): void {
     describe('fenced writes expire with the lease', { concurrency: 1 }, () => {
       for (const kind of CLIENT_KINDS) {
         it(`${kind}: a write to a stalled server is indeterminate by the deadline, runs once, is never resent`, async () => {
-          await withServer(flavor, [], async (s, admin) => {
+          await withServer(flavor, async (s, admin) => {
             const c = await makeClient(kind, s.port);
             const key = unique('stall');
             const { leases, lease } = await leaseWithWrite(c, key, 600);
@@ -135,8 +122,38 @@ export function defineFencedWrites(flavor: Flavor): void {
           });
         });
 
+        it(`${kind}: a write held by CLIENT PAUSE WRITE past the deadline is indeterminate and never runs`, async () => {
+          await withServer(flavor, async (s, admin) => {
+            const c = await makeClient(kind, s.port);
+            const key = unique('paused');
+            const { leases, lease } = await leaseWithWrite(c, key, 600);
+            try {
+              await waitFor('a first renewal', () => lease._renewals >= 1);
+              await admin.call('CONFIG', 'RESETSTAT');
+              // Writes wait (renewals too) for 2 s: past the lease's deadline.
+              await admin.call('CLIENT', 'PAUSE', '2000', 'WRITE');
+              const err = await lease.fenceCall(`fence:${key}`, 'RPUSH', `${key}:log`, BODY).then(
+                () => assert.fail('the write was answered during the pause'),
+                (e: unknown) => e,
+              );
+              assert.ok(err instanceof WriteIndeterminate, String(err));
+              assert.equal(lease.state, 'lost');
+              // Its connection was closed at the deadline, and a paused client that
+              // disconnects never runs its command: nothing lands after the pause.
+              await waitFor('the old connection gone', async () => !/cmd=lease\.fence/.test(String(await admin.call('CLIENT', 'LIST'))));
+              await admin.call('CLIENT', 'UNPAUSE');
+              assert.equal(await admin.call('SET', `${key}:probe`, '1'), 'OK');
+              assert.deepEqual(await admin.lrange(`${key}:log`, 0, -1), []);
+              assert.equal(await commandCalls(admin, 'lease.fence'), 0);
+            } finally {
+              await leases.close();
+              await c.close();
+            }
+          });
+        });
+
         it(`${kind}: a server restarted under a fenced write: indeterminate, not resent by the library's queue or reconnect`, async () => {
-          await withServer(flavor, ['--appendonly', 'yes', '--appendfsync', 'always'], async (s) => {
+          await withServer(flavor, async (s) => {
             const c = await makeClient(kind, s.port);
             const key = unique('restart');
             const { leases, lease } = await leaseWithWrite(c, key, 5000);
@@ -160,11 +177,11 @@ export function defineFencedWrites(flavor: Flavor): void {
               await leases.close();
               await c.close();
             }
-          });
+          }, DURABLE);
         });
 
         it(`${kind}: retries resend a fenced write only when the call asks for them`, async () => {
-          await withServer(flavor, ['--appendonly', 'yes', '--appendfsync', 'always'], async (s) => {
+          await withServer(flavor, async (s) => {
             const c = await makeClient(kind, s.port);
             const key = unique('retry');
             const { leases, lease } = await leaseWithWrite(c, key, 5000);
@@ -182,12 +199,12 @@ export function defineFencedWrites(flavor: Flavor): void {
               await leases.close();
               await c.close();
             }
-          });
+          }, DURABLE);
         });
       }
 
       it('a fenced write on a lost lease sends nothing', async () => {
-        await withServer(flavor, [], async (s, admin) => {
+        await withServer(flavor, async (s, admin) => {
           const c = await makeClient('ioredis', s.port);
           const key = unique('gone');
           const leases = new Leases(c.client);

@@ -306,3 +306,25 @@ export function unreadAt(port: number): number {
   }
   return total;
 }
+
+/**
+ * Runs `fn` with a server of its own (started with `args`) and an admin connection to
+ * it; the server's log tail is added to a failure's message.
+ */
+export async function withServer<T>(
+  flavor: Flavor,
+  fn: (s: Server, admin: Redis) => Promise<T>,
+  args: string[] = [],
+): Promise<T> {
+  const s = await Server.start(flavor, { args });
+  const admin = s.admin();
+  try {
+    return await fn(s, admin);
+  } catch (err) {
+    if (err instanceof Error) err.message += `\n--- ${flavor} server log (tail) ---\n${s.log.split('\n').slice(-20).join('\n')}`;
+    throw err;
+  } finally {
+    admin.disconnect();
+    await s.stop();
+  }
+}

@@ -116,20 +116,20 @@ export function defineTypes(flavor: Flavor): void {
           const rb = new Redlock(cb.client, { retryCount: 2, retryDelay: 10, retryJitter: 10 });
           try {
             const [x, y] = [unique('rl-b'), unique('rl-a')];
-            const lock = await ra.acquire([x, y], 1000);
+            const lock = await ra.acquire([x, y], 3000);
             assert.deepEqual(lock.resources, [y, x].sort());
             assert.equal(lock.fences.length, 2);
             assert.ok(lock.expiration > Date.now());
-            const err = await rb.acquire([y], 1000).then(
+            const err = await rb.acquire([y], 3000).then(
               () => assert.fail('acquired a held resource'),
               (e: unknown) => e,
             );
             assert.ok(err instanceof ResourceLockedError, String(err));
             assert.equal(err.attempts, 3);
-            const longer = await lock.extend(5000);
+            const longer = await lock.extend(10_000);
             assert.ok(longer.expiration >= lock.expiration);
             const ttl = Number((await leaseInfo(admin, x))?.ttl);
-            assert.ok(ttl > 1000, `ttl ${ttl} after extend`);
+            assert.ok(ttl > 3000, `ttl ${ttl} after extend`);
             await longer.release();
             assert.equal(await stateOf(admin, x), 'free');
             assert.equal(await stateOf(admin, y), 'free');
