@@ -257,7 +257,9 @@ class BlockingPool<C> {
  * connections of `once()`, both opened by the adapter and closed by `close()`.
  */
 abstract class OwnConnections<P, D> {
+  /** @internal */
   protected abstract readonly pool: BlockingPool<P>;
+  /** @internal */
   protected abstract readonly direct: OnceConnections<D>;
 
   blocking(key: string, args: Arg[], signal: AbortSignal): Promise<unknown> {
@@ -412,7 +414,9 @@ export function keySlot(key: string): number {
 export class IoRedisAdapter extends OwnConnections<IoRedisLike, IoRedisLike> implements LeaseAdapter {
   private readonly cluster: boolean;
   private commandCtor: IoCommandCtor | undefined;
+  /** @internal */
   protected readonly pool: BlockingPool<IoRedisLike>;
+  /** @internal */
   protected readonly direct: OnceConnections<IoRedisLike>;
   /** Under Sentinel: the Sentinels, asked before every renewal batch and fenced write. */
   private readonly sentinel: SentinelView | undefined;
@@ -673,7 +677,9 @@ function nodeRedisKill(conn: AnyNodeRedis): void {
  */
 export class NodeRedisAdapter extends OwnConnections<AnyNodeRedis, NodeRedisClientLike> implements LeaseAdapter {
   private readonly cluster: boolean;
+  /** @internal */
   protected readonly pool: BlockingPool<AnyNodeRedis>;
+  /** @internal */
   protected readonly direct: OnceConnections<NodeRedisClientLike>;
 
   constructor(private readonly client: AnyNodeRedis) {
@@ -782,7 +788,9 @@ export function isNodeRedisSentinel(client: unknown): client is NodeRedisSentine
  * acquires and fenced writes come from `createClient` at the master's current address.
  */
 export class NodeRedisSentinelAdapter extends OwnConnections<NodeRedisClientLike, NodeRedisClientLike> implements LeaseAdapter {
+  /** @internal */
   protected readonly pool: BlockingPool<NodeRedisClientLike>;
+  /** @internal */
   protected readonly direct: OnceConnections<NodeRedisClientLike>;
 
   constructor(
