@@ -305,44 +305,20 @@ const NO_RETRY = {
  * never wait longer than the time given.
  */
 class SentinelView {
-  private readonly conns: OnceConnections<IoRedisLike>;
-  private readonly addresses: string[];
-
   constructor(
-    client: IoRedisLike,
-    private readonly options: IoSentinelOptions,
-  ) {
-    this.addresses = (options.sentinels ?? []).map((s) => `${s.host ?? '127.0.0.1'}:${s.port ?? 26379}`);
-    this.conns = new OnceConnections<IoRedisLike>(
-      async (address) => {
-        const [host, port] = splitAddress(address);
-        const conn = (client as unknown as { duplicate(o: object): IoRedisLike & { connect(): Promise<void> } }).duplicate({
-          ...NO_RETRY,
-          sentinels: null,
-          host,
-          port,
-          db: 0,
-          username: options.sentinelUsername,
-          password: options.sentinelPassword,
-          enableReadyCheck: false,
-        });
-        conn.on('error', () => undefined);
-        await conn.connect();
-        return conn;
-      },
-      (conn, args) => conn.call(String(args[0]), ...args.slice(1)),
-      (conn) => conn.disconnect(),
-    );
-  }
+    private readonly addresses: () => string[],
+    private readonly name: string,
+    private readonly conns: OnceConnections<unknown>,
+  ) {}
 
   /** The master's `host:port`, or undefined when no Sentinel names one within `timeoutMs`. */
   async master(timeoutMs: number): Promise<string | undefined> {
     const until = performance.now() + timeoutMs;
-    for (const address of this.addresses) {
+    for (const address of this.addresses()) {
       const left = until - performance.now();
       if (left <= 0) break;
       try {
-        const r = (await this.conns.run(address, ['SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.options.name ?? 'mymaster'], left)) as
+        const r = (await this.conns.run(address, ['SENTINEL', 'GET-MASTER-ADDR-BY-NAME', this.name], left)) as
           | string[]
           | null;
         if (Array.isArray(r) && r.length >= 2) return `${r[0]}:${r[1]}`;
@@ -356,6 +332,32 @@ class SentinelView {
   close(): Promise<void> {
     return this.conns.close();
   }
+}
+
+/** The Sentinels of an ioredis client, asked on connections made like the client's own. */
+function ioSentinelView(client: IoRedisLike, options: IoSentinelOptions): SentinelView {
+  const addresses = (options.sentinels ?? []).map((s) => `${s.host ?? '127.0.0.1'}:${s.port ?? 26379}`);
+  const conns = new OnceConnections<IoRedisLike>(
+    async (address) => {
+      const [host, port] = splitAddress(address);
+      const conn = (client as unknown as { duplicate(o: object): IoRedisLike & { connect(): Promise<void> } }).duplicate({
+        ...NO_RETRY,
+        sentinels: null,
+        host,
+        port,
+        db: 0,
+        username: options.sentinelUsername,
+        password: options.sentinelPassword,
+        enableReadyCheck: false,
+      });
+      conn.on('error', () => undefined);
+      await conn.connect();
+      return conn;
+    },
+    (conn, args) => conn.call(String(args[0]), ...args.slice(1)),
+    (conn) => conn.disconnect(),
+  );
+  return new SentinelView(() => addresses, options.name ?? 'mymaster', conns as OnceConnections<unknown>);
 }
 
 /** How long a renewal batch or a Sentinel question may take before its connection is dropped. */
@@ -429,7 +431,7 @@ export class IoRedisAdapter extends OwnConnections<IoRedisLike, IoRedisLike> imp
     this.cluster = client.isCluster === true;
     this.commandCtor = options.Command as IoCommandCtor | undefined;
     const so = (client as unknown as { options?: IoSentinelOptions }).options;
-    this.sentinel = !this.cluster && so?.sentinels?.length ? new SentinelView(client, so) : undefined;
+    this.sentinel = !this.cluster && so?.sentinels?.length ? ioSentinelView(client, so) : undefined;
     this.pool = new BlockingPool<IoRedisLike>(
       async () => {
         const conn = this.client.duplicate();
@@ -769,6 +771,7 @@ export class NodeRedisAdapter extends OwnConnections<AnyNodeRedis, NodeRedisClie
 export interface NodeRedisSentinelLike {
   sendCommand(isReadonly: boolean | undefined, args: Array<string | Buffer>): Promise<unknown>;
   getMasterNode(): { host: string; port: number } | undefined;
+  getSentinelNode(): { host: string; port: number } | undefined;
   on(event: string, listener: (...args: unknown[]) => void): unknown;
 }
 
@@ -793,11 +796,28 @@ export class NodeRedisSentinelAdapter extends OwnConnections<NodeRedisClientLike
   /** @internal */
   protected readonly direct: OnceConnections<NodeRedisClientLike>;
 
+  /** With `sentinelName`: the Sentinels, asked before every renewal batch and fenced write. */
+  private readonly sentinel: SentinelView | undefined;
+
   constructor(
     private readonly client: NodeRedisSentinelLike,
     private readonly createClient: CreateClient | undefined,
+    sentinelName?: string,
   ) {
     super();
+    if (createClient && sentinelName) {
+      // node-redis names the Sentinel it follows; its other Sentinels are not public.
+      const sentinels = new OnceConnections<NodeRedisClientLike>(
+        (address) => this.connect(splitAddress(address), true),
+        (conn, args) => conn.sendCommand(strings(args)),
+        nodeRedisKill,
+      );
+      const addresses = (): string[] => {
+        const n = this.client.getSentinelNode();
+        return n ? [`${n.host}:${n.port}`] : [];
+      };
+      this.sentinel = new SentinelView(addresses, sentinelName, sentinels as OnceConnections<unknown>);
+    }
     this.pool = new BlockingPool<NodeRedisClientLike>(
       () => this.open(false),
       (conn, _key, args) => conn.sendCommand(strings(args)),
@@ -805,19 +825,23 @@ export class NodeRedisSentinelAdapter extends OwnConnections<NodeRedisClientLike
       nodeRedisKill,
     );
     this.direct = new OnceConnections<NodeRedisClientLike>(
-      () => this.open(true),
+      (address) => this.open(true, address),
       (conn, args) => conn.sendCommand(strings(args)),
       nodeRedisKill,
     );
   }
 
-  private async open(once: boolean): Promise<NodeRedisClientLike> {
+  private async open(once: boolean, address?: string): Promise<NodeRedisClientLike> {
+    const master = address ? splitAddress(address) : this.client.getMasterNode();
+    if (!master) throw new Error('redis-lease: the Sentinels name no master yet');
+    return this.connect(Array.isArray(master) ? master : [master.host, master.port], once);
+  }
+
+  private async connect([host, port]: [string, number], once: boolean): Promise<NodeRedisClientLike> {
     if (!this.createClient) {
       throw new TypeError('redis-lease: a node-redis Sentinel needs new Leases(sentinel, { createClient }) for blocking acquires and fenced writes');
     }
-    const master = this.client.getMasterNode();
-    if (!master) throw new Error('redis-lease: the Sentinels name no master yet');
-    const socket = once ? { host: master.host, port: master.port, reconnectStrategy: false as const } : { host: master.host, port: master.port };
+    const socket = once ? { host, port, reconnectStrategy: false as const } : { host, port };
     const conn = this.createClient(once ? { socket, disableOfflineQueue: true } : { socket }) as NodeRedisClientLike;
     conn.on('error', () => undefined);
     try {
@@ -833,15 +857,45 @@ export class NodeRedisSentinelAdapter extends OwnConnections<NodeRedisClientLike
     return this.client.sendCommand(false, strings(args));
   }
 
+  /**
+   * With `sentinelName`, as for ioredis: the Sentinel is asked which server is the master
+   * before every batch and the batch goes there on a connection of its own (node-redis
+   * may go on writing to a demoted master until the Sentinels reconfigure it, ~10 s).
+   */
   async batch(items: BatchItem[]): Promise<BatchResult[]> {
-    const settled = await Promise.allSettled(items.map((it) => this.call(it.key, it.args)));
+    const address = this.sentinel ? await this.sentinel.master(SENTINEL_BATCH_TIMEOUT_MS) : undefined;
+    let settled: Array<PromiseSettledResult<unknown>>;
+    if (address) {
+      try {
+        settled = await this.direct.with(
+          address,
+          (conn) => Promise.allSettled(items.map((it) => conn.sendCommand(strings(it.args)))),
+          SENTINEL_BATCH_TIMEOUT_MS,
+        );
+      } catch (error) {
+        return items.map(() => ({ ok: false, error }));
+      }
+      if (settled.some((r) => r.status === 'rejected' && isReadonly(r.reason))) this.direct.forget(address);
+    } else {
+      settled = await Promise.allSettled(items.map((it) => this.call(it.key, it.args)));
+    }
     return settled.map((s) => (s.status === 'fulfilled' ? { ok: true, value: s.value } : { ok: false, error: s.reason }));
   }
 
-  once(_key: string, args: Arg[], timeoutMs: number): Promise<unknown> {
-    // One connection at a time, keyed by the master's address: a failover opens a new one.
-    const m = this.client.getMasterNode();
-    return this.direct.run(m ? `${m.host}:${m.port}` : '', args, timeoutMs);
+  async once(_key: string, args: Arg[], timeoutMs: number): Promise<unknown> {
+    // Keyed by the master's address: a failover opens a new connection.
+    const start = performance.now();
+    let address = this.sentinel ? await this.sentinel.master(timeoutMs) : undefined;
+    if (!address) {
+      const m = this.client.getMasterNode();
+      address = m ? `${m.host}:${m.port}` : '';
+    }
+    if (!address) throw new Unanswered('redis-lease: no master known', false);
+    return this.direct.run(address, args, timeoutMs - (performance.now() - start));
+  }
+
+  override async close(): Promise<void> {
+    await Promise.all([super.close(), this.sentinel?.close()]);
   }
 
   nodeOf(): string {
@@ -864,9 +918,9 @@ function isAdapter(obj: unknown): obj is LeaseAdapter {
 }
 
 /** The adapter for a client: ioredis, node-redis, or an adapter given as is. */
-export function adapterFor(client: unknown, options: { createClient?: CreateClient } = {}): LeaseAdapter {
+export function adapterFor(client: unknown, options: { createClient?: CreateClient; sentinelName?: string } = {}): LeaseAdapter {
   if (isAdapter(client)) return client;
-  if (isNodeRedisSentinel(client)) return new NodeRedisSentinelAdapter(client, options.createClient);
+  if (isNodeRedisSentinel(client)) return new NodeRedisSentinelAdapter(client, options.createClient, options.sentinelName);
   if (isIoRedis(client)) return new IoRedisAdapter(client);
   if (isNodeRedis(client)) return new NodeRedisAdapter(client);
   throw new TypeError('redis-lease: expected an ioredis or node-redis client, or a LeaseAdapter');

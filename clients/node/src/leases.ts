@@ -74,6 +74,13 @@ export interface LeasesOptions {
    * the address of the master the Sentinels name.
    */
   createClient?: CreateClient;
+  /**
+   * node-redis 5 Sentinel: the master's name, as given to `createSentinel`. With it (and
+   * `createClient`) the watchdog asks the Sentinel which server is the master before
+   * every renewal batch, as it does for ioredis; without it, it renews through the
+   * Sentinel client, which may write to a demoted master for a few seconds.
+   */
+  sentinelName?: string;
   /** Default lease time, ms. Default 30 000. */
   ttlMs?: number;
   /** Default cap on total hold time for every lease, ms. Default none. */
@@ -415,7 +422,7 @@ export class Leases {
    * each key's slot.
    */
   constructor(client: unknown, options: LeasesOptions = {}) {
-    this._adapter = adapterFor(client, { createClient: options.createClient });
+    this._adapter = adapterFor(client, { createClient: options.createClient, sentinelName: options.sentinelName });
     checkMs('ttlMs', options.ttlMs, 1);
     this._options = { ...options, ttlMs: options.ttlMs ?? 30_000 };
   }

@@ -209,7 +209,7 @@ async function sentinelClient(kind: SentinelKind, set: SentinelSet): Promise<{ l
   await s.connect();
   // node-redis's Sentinel client cannot open a plain connection of its own: the Leases
   // are given createClient for the connections of fenced writes.
-  const leases = new Leases(s, { createClient: createClient5 });
+  const leases = new Leases(s, { createClient: createClient5, sentinelName: MASTER });
   return { leases, close: async () => (await leases.close(), await s.destroy()) };
 }
 
