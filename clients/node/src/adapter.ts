@@ -663,6 +663,18 @@ async function nodeRedisQuit(conn: AnyNodeRedis): Promise<void> {
   else if (typeof c.quit === 'function') await c.quit();
 }
 
+/** `conn` connected, its errors left to the caller's promises; closed again if it cannot connect. */
+async function connected(conn: NodeRedisClientLike): Promise<NodeRedisClientLike> {
+  conn.on('error', () => undefined);
+  try {
+    await conn.connect();
+  } catch (err) {
+    nodeRedisKill(conn);
+    throw err;
+  }
+  return conn;
+}
+
 function nodeRedisKill(conn: AnyNodeRedis): void {
   const c = conn as unknown as Record<string, () => Promise<unknown> | void>;
   try {
@@ -721,18 +733,12 @@ export class NodeRedisAdapter extends OwnConnections<AnyNodeRedis, NodeRedisClie
       base = this.client as NodeRedisClientLike;
     }
     const socket = (base as unknown as { options?: { socket?: object } }).options?.socket ?? {};
-    const conn = (base as unknown as { duplicate(o: object): NodeRedisClientLike }).duplicate({
-      disableOfflineQueue: true,
-      socket: { ...socket, reconnectStrategy: false },
-    });
-    conn.on('error', () => undefined);
-    try {
-      await conn.connect();
-    } catch (err) {
-      nodeRedisKill(conn);
-      throw err;
-    }
-    return conn;
+    return connected(
+      (base as unknown as { duplicate(o: object): NodeRedisClientLike }).duplicate({
+        disableOfflineQueue: true,
+        socket: { ...socket, reconnectStrategy: false },
+      }),
+    );
   }
 
   once(key: string, args: Arg[], timeoutMs: number): Promise<unknown> {
@@ -842,15 +848,7 @@ export class NodeRedisSentinelAdapter extends OwnConnections<NodeRedisClientLike
       throw new TypeError('redis-lease: a node-redis Sentinel needs new Leases(sentinel, { createClient }) for blocking acquires and fenced writes');
     }
     const socket = once ? { host, port, reconnectStrategy: false as const } : { host, port };
-    const conn = this.createClient(once ? { socket, disableOfflineQueue: true } : { socket }) as NodeRedisClientLike;
-    conn.on('error', () => undefined);
-    try {
-      await conn.connect();
-    } catch (err) {
-      nodeRedisKill(conn);
-      throw err;
-    }
-    return conn;
+    return connected(this.createClient(once ? { socket, disableOfflineQueue: true } : { socket }) as NodeRedisClientLike);
   }
 
   call(_key: string, args: Arg[]): Promise<unknown> {

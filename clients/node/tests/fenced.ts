@@ -153,7 +153,7 @@ export function defineFencedWrites(flavor: Flavor): void {
         });
 
         it(`${kind}: a server restarted under a fenced write: indeterminate, not resent by the library's queue or reconnect`, async () => {
-          await withServer(flavor, async (s) => {
+          await withServer(flavor, async (s, admin) => {
             const c = await makeClient(kind, s.port);
             const key = unique('restart');
             const { leases, lease } = await leaseWithWrite(c, key, 5000);
@@ -164,15 +164,10 @@ export function defineFencedWrites(flavor: Flavor): void {
               // The lease lives on disk: suspended by the failed write, held again once the
               // watchdog's renewal (through the reconnected client) is confirmed.
               await waitFor('held again', () => lease.state === 'held', 5000);
-              const admin = s.admin();
-              try {
-                // A new write goes through, and the lost one was never resent.
-                assert.equal(await lease.fenceCall(`fence:${key}`, 'RPUSH', `${key}:log`, 'after'), 1);
-                assert.deepEqual(await admin.lrange(`${key}:log`, 0, -1), ['after']);
-                assert.equal(await commandCalls(admin, 'lease.fence'), 1);
-              } finally {
-                admin.disconnect();
-              }
+              // A new write goes through, and the lost one was never resent.
+              assert.equal(await lease.fenceCall(`fence:${key}`, 'RPUSH', `${key}:log`, 'after'), 1);
+              assert.deepEqual(await admin.lrange(`${key}:log`, 0, -1), ['after']);
+              assert.equal(await commandCalls(admin, 'lease.fence'), 1);
             } finally {
               await leases.close();
               await c.close();
@@ -181,20 +176,16 @@ export function defineFencedWrites(flavor: Flavor): void {
         });
 
         it(`${kind}: retries resend a fenced write only when the call asks for them`, async () => {
-          await withServer(flavor, async (s) => {
+          await withServer(flavor, async (s, admin) => {
             const c = await makeClient(kind, s.port);
             const key = unique('retry');
             const { leases, lease } = await leaseWithWrite(c, key, 5000);
             try {
               const outcome = await writeAcrossARestart(s, lease, key, 10);
               assert.equal(outcome.reply, 1, String(outcome.error));
-              const admin = s.admin();
-              try {
-                assert.deepEqual(await admin.lrange(`${key}:log`, 0, -1), [BODY]);
-                assert.equal(await commandCalls(admin, 'lease.fence'), 1);
-              } finally {
-                admin.disconnect();
-              }
+              // The admin connection of withServer reconnected to the restarted server.
+              assert.deepEqual(await admin.lrange(`${key}:log`, 0, -1), [BODY]);
+              assert.equal(await commandCalls(admin, 'lease.fence'), 1);
             } finally {
               await leases.close();
               await c.close();

@@ -166,14 +166,17 @@ class SentinelSet {
           sc.disconnect();
         }
       }
-      const a = next.admin();
+      // The old master reconfigured as its replica, and done loading its data: a replica
+      // still in its first sync can be acknowledged by WAIT (seen on Valkey 9) yet hold
+      // nothing if it is promoted by the next failover.
+      const a = this.node(old).admin();
       try {
-        // Master, with the old master reconfigured as its replica and in sync.
-        return /role:master[\s\S]*connected_slaves:1/.test(String(await a.info('replication')));
+        const info = String(await a.info('replication'));
+        return /role:slave/.test(info) && new RegExp(`master_port:${next.port}\\b`).test(info) && /master_link_status:up/.test(info) && !/master_sync_in_progress:1/.test(info);
       } finally {
         a.disconnect();
       }
-    }, 30_000);
+    }, 40_000);
     return next;
   }
 
