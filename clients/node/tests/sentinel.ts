@@ -149,13 +149,26 @@ class SentinelSet {
   /** `SENTINEL FAILOVER`, then waits until every Sentinel names the new master and it has its replica. */
   async failover(): Promise<Server> {
     const old = await this.masterPort();
-    const c = this.sentinels[0]!.client();
-    try {
-      await c.call('SENTINEL', 'FAILOVER', MASTER);
-    } finally {
-      c.disconnect();
-    }
     const next = this.nodes.find((s) => s.port !== old)!;
+    // On a loaded machine a Sentinel can abort its failover (-failover-abort-slave-timeout):
+    // asked again, up to three times.
+    for (let attempt = 1; ; attempt++) {
+      const c = this.sentinels[0]!.client();
+      try {
+        await c.call('SENTINEL', 'FAILOVER', MASTER).catch((err: Error) => {
+          if (!/INPROG/.test(err.message)) throw err;
+        });
+        await waitFor('the first Sentinel naming the new master', async () => {
+          const addr = (await c.call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', MASTER)) as string[];
+          return Number(addr[1]) === next.port;
+        }, 15_000);
+        break;
+      } catch (err) {
+        if (attempt >= 3) throw err;
+      } finally {
+        c.disconnect();
+      }
+    }
     await waitFor('every Sentinel naming the new master', async () => {
       for (const s of this.sentinels) {
         const sc = s.client();
