@@ -16,6 +16,20 @@ export class NotAcquired extends LeaseError {
 }
 
 /**
+ * The key was granted, but fewer replicas than `confirm.replicas` acknowledged it within
+ * the timeout: the grant was released again. Retry, or acquire without confirmation.
+ */
+export class NotConfirmed extends NotAcquired {
+  readonly wanted: number;
+  readonly replicas: number;
+  constructor(key: string, wanted: number, replicas: number) {
+    super(key, `lease on ${key} granted but confirmed by ${replicas} of ${wanted} replicas: released`);
+    this.wanted = wanted;
+    this.replicas = replicas;
+  }
+}
+
+/**
  * The lease is gone: a renewal was refused, its deadline passed without a confirmed
  * renewal, its session ended, or a fenced write was refused as stale. It is the
  * `reason` of `lease.signal` and what `leases.using()` throws.
@@ -55,4 +69,30 @@ export function staleFenceFrom(resource: string, err: unknown): StaleFence | und
   const m = STALE_RE.exec(message);
   if (!m) return undefined;
   return new StaleFence(resource, Number(m[1]), Number(m[2]), message);
+}
+
+/**
+ * A fenced write (`fenceCall`) was sent and no reply came before the lease's deadline, or
+ * its connection failed after sending: it may have run once (on the server it reached,
+ * even after this error), or not at all. It is never sent again unless the call asked
+ * for `retries`. The lease is `suspended` until a renewal confirms it, and `lost` once
+ * its deadline has passed: read `lease.state`. The last attempt's error is `cause`.
+ */
+export class WriteIndeterminate extends LeaseError {
+  readonly key: string;
+  readonly resource: string;
+  readonly fence: number;
+  /** How many times the write was sent. */
+  readonly attempts: number;
+  constructor(key: string, resource: string, fence: number, attempts: number, options?: { cause?: unknown }) {
+    super(
+      `fenced write to ${resource} (lease on ${key}, fence ${fence}) got no reply before the lease's deadline ` +
+        `or lost its connection: it may or may not have run`,
+      options,
+    );
+    this.key = key;
+    this.resource = resource;
+    this.fence = fence;
+    this.attempts = attempts;
+  }
 }

@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 
-import { adapterFor, type Arg, type BatchItem, type LeaseAdapter } from './adapter';
-import { LeaseLost, NotAcquired, staleFenceFrom } from './errors';
+import { adapterFor, type Arg, type BatchItem, type BatchResult, type CreateClient, type LeaseAdapter, Unanswered } from './adapter';
+import { LeaseLost, NotAcquired, NotConfirmed, staleFenceFrom, WriteIndeterminate } from './errors';
+import { type HoldOptions, Mutex, ReadWriteLock, Semaphore } from './types';
 
 /**
  * - `held`: the last renewal was confirmed and its deadline has not passed.
@@ -39,9 +40,47 @@ export interface AcquireOptions {
   autoRenew?: boolean;
   /** Abort a blocking wait (`blockMs`). */
   signal?: AbortSignal;
+  /** Confirm the grant and every renewal by replicas (overrides the Leases' `confirm`); `null` for none. */
+  confirm?: ConfirmOptions | null;
+}
+
+/**
+ * Confirmed grants: `WAIT replicas timeoutMs` (or `WAITAOF 1 replicas timeoutMs` with
+ * `aof`) is sent in the same round trip as the `LEASE.ACQUIRE` and as every renewal, on
+ * the same connection, right behind it. A grant confirmed by fewer replicas is released
+ * and rejected (NotConfirmed); a renewal confirmed by fewer is a loss. A WAIT sent after
+ * the reply could confirm a grant already lost and handed on; in the same round trip it
+ * confirms only what this connection wrote.
+ */
+export interface ConfirmOptions {
+  /** How many replicas must acknowledge. */
+  replicas: number;
+  /** How long the server waits for them, ms. Keep it well under the ttl. Default 100. */
+  timeoutMs?: number;
+  /**
+   * `WAITAOF`: also wait for the master's own AOF fsync (the master needs
+   * `appendonly yes`; replicas count only once they fsynced). Redis 7.2+ and Valkey 8+;
+   * Redis 7.0 has no WAITAOF and the acquire rejects with the server's error.
+   */
+  aof?: boolean;
 }
 
 export interface LeasesOptions {
+  /** Confirm every grant and renewal by replicas (see ConfirmOptions). Default none. */
+  confirm?: ConfirmOptions;
+  /**
+   * node-redis 5 Sentinel only: node-redis's `createClient` (or a wrapper adding auth or
+   * TLS options), for the connections of blocking acquires and fenced writes, opened at
+   * the address of the master the Sentinels name.
+   */
+  createClient?: CreateClient;
+  /**
+   * node-redis 5 Sentinel: the master's name, as given to `createSentinel`. With it (and
+   * `createClient`) the watchdog asks the Sentinel which server is the master before
+   * every renewal batch, as it does for ioredis; without it, it renews through the
+   * Sentinel client, which may write to a demoted master for a few seconds.
+   */
+  sentinelName?: string;
   /** Default lease time, ms. Default 30 000. */
   ttlMs?: number;
   /** Default cap on total hold time for every lease, ms. Default none. */
@@ -66,6 +105,30 @@ export interface WatchdogStats {
 }
 
 const now = (): number => performance.now();
+const DEFAULT_CONFIRM_MS = 100;
+
+function checkConfirm(c: ConfirmOptions): void {
+  if (!Number.isInteger(c.replicas) || c.replicas < 1) throw new RangeError(`redis-lease: confirm.replicas must be a positive integer, got ${c.replicas}`);
+  checkMs('confirm.timeoutMs', c.timeoutMs, 1);
+}
+
+function waitArgs(c: ConfirmOptions): Arg[] {
+  const timeout = c.timeoutMs ?? DEFAULT_CONFIRM_MS;
+  return c.aof ? ['WAITAOF', 1, c.replicas, timeout] : ['WAIT', c.replicas, timeout];
+}
+
+function waitReply(c: ConfirmOptions, reply: unknown): { replicas: number; aofLocal?: number } {
+  if (c.aof) {
+    const r = Array.isArray(reply) ? reply : [];
+    return { aofLocal: Number(r[0] ?? 0), replicas: Number(r[1] ?? 0) };
+  }
+  return { replicas: Number(reply) };
+}
+
+function confirmedEnough(c: ConfirmOptions, got: { replicas?: number; aofLocal?: number } | undefined): boolean {
+  if (!got || (got.replicas ?? 0) < c.replicas) return false;
+  return !c.aof || (got.aofLocal ?? 0) >= 1;
+}
 const MAX_TTL = 2 ** 40;
 
 function checkMs(name: string, v: number | undefined, min: number): void {
@@ -105,6 +168,19 @@ export class Lease {
   /** @internal */ _releasing = false;
   /** @internal the release was answered 0: the lease had been lost before */
   _foundGone = false;
+  /** @internal */ readonly _confirm: ConfirmOptions | undefined;
+  /** @internal */ _replicas: number | undefined;
+  /** @internal */ _aofLocal: number | undefined;
+
+  /** Replicas that acknowledged the grant or the last confirmed renewal (undefined without `confirm`). */
+  get replicas(): number | undefined {
+    return this._replicas;
+  }
+
+  /** With `confirm.aof`: 1 when the master had fsynced the grant or last renewal to its AOF. */
+  get aofLocal(): number | undefined {
+    return this._aofLocal;
+  }
 
   /** @internal */
   constructor(
@@ -130,6 +206,7 @@ export class Lease {
     this._maxHoldMs = opts.maxHoldMs ?? leases._options.maxHoldMs;
     this._maxRenewals = opts.maxRenewals ?? leases._options.maxRenewals;
     this._autoRenew = opts.autoRenew !== false;
+    this._confirm = opts.confirm === null ? undefined : (opts.confirm ?? leases._options.confirm);
   }
 
   /** held, suspended, lost or released; a deadline that passed unconfirmed reads as lost at once. */
@@ -148,6 +225,15 @@ export class Lease {
   get deadline(): number {
     if (!this.session) return this._confirmedUntil;
     return this._bound ? this.session.deadline : Math.min(this._confirmedUntil, this.session.deadline);
+  }
+
+  /**
+   * `await using lease = await leases.acquire(key)`: released when the block exits
+   * (explicit resource management; TypeScript 5.2+, or Node with the syntax). Unlike
+   * `leases.using()`, a loss during the block is not raised here: check `lease.signal`.
+   */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
   }
 
   /** Throws the LeaseLost if the lease is lost, and an Error if it was released. */
@@ -182,12 +268,9 @@ export class Lease {
     checkMs('ttlMs', ttlMs, this.session ? 0 : 1);
     this.check();
     const sentAt = now();
-    const reply = await this._leases._adapter.call(this.key, ['LEASE.RENEW', this.key, this.token, ttlMs]);
-    if (Number(reply) === 1) {
-      this._leases._confirm(this, sentAt, ttlMs);
-      return;
-    }
-    this._leases._lose(this, 'the server refused the renewal (not held by this token)');
+    const [r] = await this._leases._batch([{ key: this.key, args: ['LEASE.RENEW', this.key, this.token, ttlMs] }], this._confirm);
+    if (!r!.ok) throw r!.error;
+    this._leases._renewed(this, sentAt, ttlMs, r!);
     this.check();
   }
 
@@ -237,18 +320,65 @@ export class Lease {
 
   /**
    * `LEASE.FENCE resource fence ...args`: runs the command only if this lease's fence is
-   * not older than the resource's highest. A STALE reply throws StaleFence and marks the
-   * lease lost (a newer holder has written).
+   * not older than the resource's highest, in one atomic step. Returns its reply.
+   *
+   * The write is sent once, on a connection of the adapter's own that neither queues
+   * nor resends, and its reply awaited no longer than the lease's time left. Throws
+   * StaleFence (and the lease is lost) when a newer holder has written; LeaseLost,
+   * sending nothing, when the lease is already lost; WriteIndeterminate when it was sent
+   * and no reply came in time or the connection failed after sending: it may have run,
+   * and may still run on the server it reached, but it is never sent again, and the
+   * lease is `suspended` (then `lost` at its deadline) until a renewal confirms it. A
+   * failure before anything was sent rejects with that error (the write did not run).
    */
   async fenceCall(resource: string, ...args: Arg[]): Promise<unknown> {
+    return this.fenceCallWith(resource, args);
+  }
+
+  /**
+   * `fenceCall` with options. `retries`: how many more times to send the write after an
+   * unanswered attempt, while the lease is held or suspended and within its deadline,
+   * each on a new connection. Only for a command that is safe to run twice: a retry
+   * after an unanswered attempt can make it run twice.
+   */
+  async fenceCallWith(resource: string, args: Arg[], options: { retries?: number } = {}): Promise<unknown> {
     this.check();
-    try {
-      return await this._leases._adapter.call(resource, ['LEASE.FENCE', resource, this.fence, ...args]);
-    } catch (err) {
-      const stale = this._leases._adapter.isReplyError(err) ? staleFenceFrom(resource, err) : undefined;
-      if (!stale) throw err;
-      this._leases._lose(this, `a write to ${resource} was refused as stale`, stale);
-      throw stale;
+    let retries = options.retries ?? 0;
+    let attempts = 0;
+    let cause: unknown;
+    for (;;) {
+      this._refresh();
+      const left = this.deadline - now();
+      if ((this._state !== 'held' && this._state !== 'suspended') || left <= 0) {
+        this._refresh();
+        if (attempts > 0) throw new WriteIndeterminate(this.key, resource, this.fence, attempts, { cause });
+        this.check();
+        throw this._abort.signal.reason ?? new Error(`redis-lease: lease on ${this.key} is not held`);
+      }
+      try {
+        return await this._leases._adapter.once(resource, ['LEASE.FENCE', resource, this.fence, ...args], Math.ceil(left) + 1);
+      } catch (err) {
+        if (!(err instanceof Unanswered)) {
+          const stale = this._leases._adapter.isReplyError(err) ? staleFenceFrom(resource, err) : undefined;
+          if (!stale) throw err;
+          this._leases._lose(this, `a write to ${resource} was refused as stale`, stale);
+          throw stale;
+        }
+        this._leases._writeFailed(this);
+        if (err.sent) {
+          attempts++;
+          cause = err;
+        }
+        if (retries <= 0) {
+          this._refresh();
+          if (attempts > 0) throw new WriteIndeterminate(this.key, resource, this.fence, attempts, { cause });
+          if (this.state === 'lost') throw new LeaseLost(this.key, this.fence, 'lost while a fenced write was refused', { cause: err });
+          throw err.cause ?? err;
+        }
+        retries--;
+        // As the watchdog after a failed renewal: soon, but not in a tight loop.
+        await new Promise((r) => setTimeout(r, Math.max(5, Math.min(this.ttlMs / 10 || 250, 250))));
+      }
     }
   }
 }
@@ -285,9 +415,14 @@ export class Leases {
   private readonly all = new Set<Lease>();
   private readonly counters: WatchdogStats = { renewalBatches: 0, renewalsSent: 0 };
 
-  /** `client`: an ioredis `Redis` or `Cluster`, a node-redis client or cluster, or a LeaseAdapter. */
+  /**
+   * `client`: an ioredis `Redis` (standalone or Sentinel) or `Cluster`, a node-redis
+   * client, cluster or (5) Sentinel, or a LeaseAdapter. The watchdog renews through it,
+   * so it follows the same topology: the master the Sentinels name, the node serving
+   * each key's slot.
+   */
   constructor(client: unknown, options: LeasesOptions = {}) {
-    this._adapter = adapterFor(client);
+    this._adapter = adapterFor(client, { createClient: options.createClient, sentinelName: options.sentinelName });
     checkMs('ttlMs', options.ttlMs, 1);
     this._options = { ...options, ttlMs: options.ttlMs ?? 30_000 };
   }
@@ -358,6 +493,26 @@ export class Leases {
     return result as T;
   }
 
+  /** An exclusive lock on `key`: `acquire()`, `runExclusive(fn)`. */
+  mutex(key: string, defaults: HoldOptions = {}): Mutex {
+    return new Mutex(this, key, defaults);
+  }
+
+  /** A read/write lock on `key`: `read()`, `write()`, `runRead(fn)`, `runWrite(fn)`. */
+  readWriteLock(key: string, defaults: HoldOptions = {}): ReadWriteLock {
+    return new ReadWriteLock(this, key, defaults);
+  }
+
+  /** A semaphore of `permits` on `key`: `acquire()`, `runExclusive(fn)`. */
+  semaphore(key: string, permits: number, defaults: HoldOptions = {}): Semaphore {
+    return new Semaphore(this, key, permits, defaults);
+  }
+
+  /** `using(key, opts, fn)` under the name async-mutex users know. */
+  runExclusive<T>(key: string, fn: LeaseBody<T>, opts: AcquireOptions = {}): Promise<T> {
+    return this.using(key, opts, fn);
+  }
+
   /**
    * Stop the watchdog, release every lease still held (pipelined; holds bound to a
    * session before the session), and close the connections opened for blocking waits.
@@ -409,6 +564,46 @@ export class Leases {
     }
   }
 
+  /**
+   * @internal Sends `items` as one batch; with `confirm`, a WAIT (or WAITAOF) right behind
+   * each server's commands, in the same round trip. Each result carries the replicas (and
+   * AOF) that server's WAIT confirmed, or the WAIT's error as the result's error.
+   */
+  async _batch(items: BatchItem[], confirm: ConfirmOptions | undefined): Promise<Array<BatchResult & { replicas?: number; aofLocal?: number }>> {
+    if (!confirm) return this._adapter.batch(items);
+    const groups = new Map<string, number[]>();
+    items.forEach((it, i) => {
+      const g = this._adapter.nodeOf ? this._adapter.nodeOf(it.key) : '';
+      let list = groups.get(g);
+      if (!list) groups.set(g, (list = []));
+      list.push(i);
+    });
+    const sent: BatchItem[] = [];
+    const waitAt = new Map<number, number>();
+    for (const idx of groups.values()) {
+      const at = sent.length + idx.length;
+      for (const i of idx) {
+        waitAt.set(i, at);
+        sent.push(items[i]!);
+      }
+      sent.push({ key: items[idx[0]!]!.key, args: waitArgs(confirm) });
+    }
+    const order = [...groups.values()].flat();
+    const results = await this._adapter.batch(sent);
+    const out = new Array<BatchResult & { replicas?: number; aofLocal?: number }>(items.length);
+    let n = 0;
+    for (const i of order) {
+      // Positions in `sent`: each group's items in order, then its WAIT.
+      while (sent[n] !== items[i]) n++;
+      const r = results[n]!;
+      const w = results[waitAt.get(i)!]!;
+      if (!r.ok || !w.ok) out[i] = r.ok ? { ok: false, error: w.ok ? undefined : w.error } : r;
+      else out[i] = { ...r, ...waitReply(confirm, w.value) };
+      n++;
+    }
+    return out;
+  }
+
   // ------------------------------------------------------------------ acquire
 
   private async grant(key: string, opts: AcquireOptions, isSession: boolean): Promise<Lease> {
@@ -432,21 +627,47 @@ export class Leases {
     if (opts.owner !== undefined) args.push('OWNER', opts.owner);
     if (opts.delayMs !== undefined) args.push('DELAY', opts.delayMs);
 
+    const confirm = opts.confirm === null ? undefined : (opts.confirm ?? this._options.confirm);
+    if (confirm) checkConfirm(confirm);
     let sentAt = now();
     let reply: unknown;
+    let confirmed: { replicas?: number; aofLocal?: number } | undefined;
     if (opts.blockMs !== undefined) {
       const signal = opts.signal ? AbortSignal.any([opts.signal, this.closing.signal]) : this.closing.signal;
-      reply = await this._adapter.blocking(key, [...args, 'BLOCK', opts.blockMs], signal);
+      const blockArgs = [...args, 'BLOCK', opts.blockMs];
+      if (confirm) {
+        if (!this._adapter.blockingThen) throw new TypeError('redis-lease: this adapter cannot confirm a blocking acquire (no blockingThen)');
+        const [r, w] = await this._adapter.blockingThen(key, blockArgs, waitArgs(confirm), signal);
+        reply = r;
+        confirmed = waitReply(confirm, w);
+      } else {
+        reply = await this._adapter.blocking(key, blockArgs, signal);
+      }
     } else {
+      const once = async (): Promise<unknown> => {
+        if (!confirm) return this._adapter.call(key, args);
+        const [r] = await this._batch([{ key, args }], confirm);
+        if (!r!.ok) throw r!.error;
+        confirmed = { replicas: r!.replicas, aofLocal: r!.aofLocal };
+        return r!.value;
+      };
       try {
-        reply = await this._adapter.call(key, args);
+        reply = await once();
       } catch (err) {
-        if (this._adapter.isReplyError(err)) throw err;
+        if (this._adapter.isReplyError(err) || confirm) {
+          // A refused WAIT after a grant: give the grant back before reporting.
+          if (confirm && this._adapter.isReplyError(err)) await this._adapter.call(key, ['LEASE.RELEASE', key, token]).catch(() => undefined);
+          throw err;
+        }
         // The reply may have been lost after a grant: the same token asks again, and a
         // grant it already has comes back unchanged (deadline renewed).
         sentAt = now();
-        reply = await this._adapter.call(key, args);
+        reply = await once();
       }
+    }
+    if (confirm && reply !== null && reply !== undefined && !confirmedEnough(confirm, confirmed)) {
+      await this._adapter.call(key, ['LEASE.RELEASE', key, token]).catch(() => undefined);
+      throw new NotConfirmed(key, confirm.replicas, confirmed?.replicas ?? 0);
     }
     if (reply === null || reply === undefined) throw new NotAcquired(key);
     if (!Array.isArray(reply) || reply.length < 2) throw new Error(`redis-lease: unexpected ACQUIRE reply ${String(reply)}`);
@@ -454,13 +675,20 @@ export class Leases {
     if (!Number.isSafeInteger(fence) || fence < 0) throw new Error(`redis-lease: fence ${String(reply[1])} is not exact`);
 
     const Ctor = isSession ? Session : Lease;
-    const lease = new Ctor(this, key, String(reply[0]), fence, ttlMs, sentAt, opts);
+    const lease = new Ctor(this, key, String(reply[0]), fence, ttlMs, sentAt, { ...opts, confirm: confirm ?? null });
+    lease._replicas = confirmed?.replicas;
+    lease._aofLocal = confirmed?.aofLocal;
     if (ttlMs > 0 && now() - sentAt > ttlMs / 3) {
       // Granted after waiting: its deadline counts from the grant, which happened some
       // time after the request was sent. A renewal confirms a deadline measured from now.
       const again = now();
-      const r = await this._adapter.call(key, ['LEASE.RENEW', key, lease.token, ttlMs]);
-      if (Number(r) !== 1) throw new NotAcquired(key, `lease on ${key} granted after waiting but lost before it was confirmed`);
+      const [r] = await this._batch([{ key, args: ['LEASE.RENEW', key, lease.token, ttlMs] }], confirm);
+      if (!r!.ok) throw r!.error;
+      if (Number(r!.value) !== 1) throw new NotAcquired(key, `lease on ${key} granted after waiting but lost before it was confirmed`);
+      if (confirm && !confirmedEnough(confirm, r)) {
+        await this._adapter.call(key, ['LEASE.RELEASE', key, lease.token]).catch(() => undefined);
+        throw new NotConfirmed(key, confirm.replicas, r!.replicas ?? 0);
+      }
       lease._confirmedUntil = again + ttlMs;
       lease._nextRenewAt = again + ttlMs / 3;
     }
@@ -518,6 +746,19 @@ export class Leases {
     lease._nextRenewAt = sentAt + lease.ttlMs / 3;
     lease._renewals++;
     if (lease._state === 'suspended') this.setStateWithHolds(lease, 'held');
+  }
+
+  /**
+   * @internal a fenced write went unanswered: the server may not be answering, so the
+   * lease is suspended (lost at its deadline) until the watchdog, asked to renew now,
+   * confirms it. A hold that lives by its session suspends the session.
+   */
+  _writeFailed(lease: Lease): void {
+    const target = lease._bound && lease.session ? lease.session : lease;
+    if (target._state !== 'held' && target._state !== 'suspended') return;
+    this.setStateWithHolds(target, 'suspended');
+    if (target._inflightSince < 0) target._nextRenewAt = now();
+    this.reschedule();
   }
 
   private setStateWithHolds(lease: Lease, state: 'held' | 'suspended'): void {
@@ -604,31 +845,68 @@ export class Leases {
     for (const b of batch) b.lease._inflightSince = t;
     this.counters.renewalBatches++;
     this.counters.renewalsSent += batch.length;
-    const items: BatchItem[] = batch.map(({ lease, ttl }) => ({
-      key: lease.key,
-      args: ['LEASE.RENEW', lease.key, lease.token, ttl],
-    }));
-    this._inflight++;
-    this._adapter.batch(items).then(
-      (results) => {
-        this._inflight--;
-        batch.forEach(({ lease, ttl }, i) => this.renewed(lease, t, ttl, results[i]!));
-        this.reschedule();
-      },
-      (error: unknown) => {
-        this._inflight--;
-        for (const { lease, ttl } of batch) this.renewed(lease, t, ttl, { ok: false, error });
-        this.reschedule();
-      },
-    );
+    // One batch per confirmation asked for (most often all leases ask the same).
+    const bySpec = new Map<string, Array<{ lease: Lease; ttl: number }>>();
+    for (const b of batch) {
+      const c = b.lease._confirm;
+      const spec = c ? `${c.replicas}:${c.timeoutMs ?? DEFAULT_CONFIRM_MS}:${c.aof === true}` : '';
+      let list = bySpec.get(spec);
+      if (!list) bySpec.set(spec, (list = []));
+      list.push(b);
+    }
+    for (const group of bySpec.values()) {
+      const items: BatchItem[] = group.map(({ lease, ttl }) => ({
+        key: lease.key,
+        args: ['LEASE.RENEW', lease.key, lease.token, ttl],
+      }));
+      this._inflight++;
+      this._batch(items, group[0]!.lease._confirm).then(
+        (results) => {
+          this._inflight--;
+          group.forEach(({ lease, ttl }, i) => this.renewed(lease, t, ttl, results[i]!));
+          this.reschedule();
+        },
+        (error: unknown) => {
+          this._inflight--;
+          for (const { lease, ttl } of group) this.renewed(lease, t, ttl, { ok: false, error });
+          this.reschedule();
+        },
+      );
+    }
   }
 
-  private renewed(lease: Lease, sentAt: number, ttl: number, r: { ok: boolean; value?: unknown; error?: unknown }): void {
+  /** @internal a renewal's answer, from the watchdog or `renew()` */
+  _renewed(lease: Lease, sentAt: number, ttl: number, r: { ok: boolean; value?: unknown; error?: unknown; replicas?: number; aofLocal?: number }): void {
+    this.renewed(lease, sentAt, ttl, r);
+  }
+
+  private renewed(
+    lease: Lease,
+    sentAt: number,
+    ttl: number,
+    r: { ok: boolean; value?: unknown; error?: unknown; replicas?: number; aofLocal?: number },
+  ): void {
     lease._inflightSince = -1;
     if (lease._state !== 'held' && lease._state !== 'suspended') return;
     if (r.ok) {
-      if (Number(r.value) === 1) this._confirm(lease, sentAt, ttl);
-      else this._lose(lease, 'the server refused the renewal (not held by this token)');
+      if (Number(r.value) !== 1) {
+        this._lose(lease, 'the server refused the renewal (not held by this token)');
+        return;
+      }
+      if (lease._confirm) {
+        lease._replicas = r.replicas;
+        lease._aofLocal = r.aofLocal;
+        if (!confirmedEnough(lease._confirm, r)) {
+          // A failover now could promote a replica that never saw this renewal.
+          this._lose(lease, `a renewal was confirmed by ${r.replicas ?? 0} of ${lease._confirm.replicas} replicas`);
+          return;
+        }
+      }
+      this._confirm(lease, sentAt, ttl);
+      return;
+    }
+    if (lease._confirm && this._adapter.isReplyError(r.error) && /WAIT/i.test(String((r.error as Error).message))) {
+      this._lose(lease, 'the server refused the renewal\'s WAIT', r.error);
       return;
     }
     if (this._adapter.isReplyError(r.error) && /^WRONGTYPE/.test(String((r.error as Error).message))) {

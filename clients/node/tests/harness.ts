@@ -90,7 +90,8 @@ export class Server {
     readonly flavor: Flavor,
     readonly port: number,
     readonly dir: string,
-    readonly proc: ChildProcess,
+    public proc: ChildProcess,
+    private readonly argv: { bin: string; args: string[] },
   ) {}
 
   get pid(): number {
@@ -120,7 +121,7 @@ export class Server {
         ...(opts.args ?? []),
       ];
       const proc = spawn(bin, args, { cwd: dir, stdio: 'ignore' });
-      const server = new Server(flavor, port, dir, proc);
+      const server = new Server(flavor, port, dir, proc, { bin, args });
       let exited = false;
       proc.once('exit', () => (exited = true));
       const start = monotonic();
@@ -133,6 +134,27 @@ export class Server {
       if (attempt < 3 && /Address already in use/.test(log)) continue;
       throw new Error(`${flavor} server on ${port} did not start:\n${log}`);
     }
+  }
+
+  /** Kills the server at once (SIGKILL), keeping its directory for a restart. */
+  async crash(): Promise<void> {
+    const proc = this.proc;
+    if (proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+    process.kill(this.pid, 'SIGKILL');
+    await exited;
+  }
+
+  /** Starts the server again on the same port and directory (after `crash()`). */
+  async restart(): Promise<void> {
+    const proc = spawn(this.argv.bin, this.argv.args, { cwd: this.dir, stdio: 'ignore' });
+    this.proc = proc;
+    let exited = false;
+    proc.once('exit', () => (exited = true));
+    await waitFor(`${this.flavor} on ${this.port} to answer again`, async () => {
+      if (exited) throw new Error(`${this.flavor} on ${this.port} exited on restart:\n${this.log}`);
+      return ping(this.port);
+    }, 10_000);
   }
 
   /** Stops the server by its pid (SIGCONT first, in case a test stopped it). */
@@ -268,4 +290,41 @@ export async function commandCalls(admin: Redis, command: string): Promise<numbe
   const info = String(await admin.call('INFO', 'commandstats'));
   const m = new RegExp(`^cmdstat_${command.replace('.', '\\.')}:calls=(\\d+)`, 'm').exec(info);
   return m ? Number(m[1]) : 0;
+}
+
+/**
+ * Bytes received and not yet read by the server on `port` (the rx queue of its accepted
+ * connections in /proc/net/tcp): a stopped server's pending requests.
+ */
+export function unreadAt(port: number): number {
+  const hex = `:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+  let total = 0;
+  for (const line of readFileSync('/proc/net/tcp', 'utf8').split('\n').slice(1)) {
+    const f = line.trim().split(/\s+/);
+    if (f.length < 5 || !f[1]!.endsWith(hex) || f[3] !== '01') continue;
+    total += parseInt(f[4]!.split(':')[1]!, 16);
+  }
+  return total;
+}
+
+/**
+ * Runs `fn` with a server of its own (started with `args`) and an admin connection to
+ * it; the server's log tail is added to a failure's message.
+ */
+export async function withServer<T>(
+  flavor: Flavor,
+  fn: (s: Server, admin: Redis) => Promise<T>,
+  args: string[] = [],
+): Promise<T> {
+  const s = await Server.start(flavor, { args });
+  const admin = s.admin();
+  try {
+    return await fn(s, admin);
+  } catch (err) {
+    if (err instanceof Error) err.message += `\n--- ${flavor} server log (tail) ---\n${s.log.split('\n').slice(-20).join('\n')}`;
+    throw err;
+  } finally {
+    admin.disconnect();
+    await s.stop();
+  }
 }

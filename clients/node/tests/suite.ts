@@ -29,6 +29,7 @@ import {
   TestCluster,
   type TestClient,
   waitFor,
+  withServer,
 } from './harness';
 
 /** Slack for timer and scheduling jitter on a loaded 2-core machine. */
@@ -86,20 +87,6 @@ async function runChild(script: string, args: string[], env: NodeJS.ProcessEnv =
   const code = await new Promise<number | null>((res) => child.once('exit', res));
   assert.equal(code, 0, `${script} failed:\n${out}`);
   return out.trim().split('\n').pop()!;
-}
-
-async function withServer<T>(flavor: Flavor, fn: (s: Server, admin: Redis) => Promise<T>): Promise<T> {
-  const s = await Server.start(flavor);
-  const admin = s.admin();
-  try {
-    return await fn(s, admin);
-  } catch (err) {
-    if (err instanceof Error) err.message += `\n--- ${flavor} server log (tail) ---\n${s.log.split('\n').slice(-20).join('\n')}`;
-    throw err;
-  } finally {
-    admin.disconnect();
-    await s.stop();
-  }
 }
 
 export function defineSuite(flavor: Flavor): void {
