@@ -9,7 +9,9 @@
 //!   and the grants a parsed call makes (compact and extended forms);
 //! - `apply`: `LEASE.APPLY`'s forms (whole state, HOLD, DROP, DELAY);
 //! - `decode`: persisted values of every encoding version;
-//! - `effect`: `LEASE.APPLY`'s forms decode and encode back to themselves.
+//! - `effect`: `LEASE.APPLY`'s forms decode and encode back to themselves;
+//! - `replica`: a primary's changes, replicated through the wire form, leave
+//!   a replica with the same lease after every step.
 
 #![allow(dead_code)]
 
@@ -24,12 +26,14 @@ mod acquire;
 mod apply;
 mod decode;
 mod effect;
+mod replica;
 
 use holds::{Binding, Mode, SessionState, Sessions, MAX_OWNER_LEN, NO_DEADLINE};
 use lease::{Lease, State, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS};
 
 pub use decode::fuzz_decode;
 pub use effect::fuzz_effect;
+pub use replica::fuzz_replica;
 
 /// Splits a fuzz input into a selector byte and NUL-separated arguments.
 fn split(data: &[u8]) -> Option<(u8, Vec<&[u8]>)> {

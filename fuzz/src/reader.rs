@@ -262,6 +262,7 @@ mod tests {
             ("args", crate::fuzz_args as fn(&[u8])),
             ("decode", crate::fuzz_decode),
             ("effect", crate::fuzz_effect),
+            ("replica", crate::fuzz_replica),
         ] {
             let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("corpus")

@@ -5,16 +5,19 @@
 //! order. A command is then: parse, open, model, commit, reply.
 //!
 //! Nothing here allocates for the common case: a grant, a renewal or a
-//! release of a hold with no session builds a `Change` on the stack.
+//! release of a hold with no session builds a `Change` on the stack. The
+//! constructors are `#[inline]`: across the crate boundary, so that a
+//! command builds its change in place rather than copying it through calls.
 
 use std::ffi::CStr;
 
+use crate::holds::Refused;
 use crate::holds::{Binding, Grant, Hold};
-use crate::lease::Replaced;
+use crate::lease::{Acquire, Replaced};
 use crate::notifications;
 
 /// How replicas and the AOF learn of a change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Replicate {
     #[default]
     Nothing,
@@ -28,6 +31,17 @@ pub enum Replicate {
     Whole,
     /// The operation's token's hold is gone; the key stays.
     DropToken,
+    /// These holds are gone (expired, or freed by their session's end);
+    /// the key stays.
+    Dropped(Vec<Box<[u8]>>),
+}
+
+impl Replicate {
+    /// Whether writing it reads the stored lease.
+    #[inline]
+    pub fn reads_lease(&self) -> bool {
+        matches!(self, Replicate::Held | Replicate::Whole)
+    }
 }
 
 /// A counter of `INFO lease` that a change moves by one.
@@ -72,50 +86,66 @@ pub enum Fate {
     Deleted,
 }
 
-/// One change to one lease key. `Default` is "nothing happened".
+/// One change to one lease key. `Default` is "nothing happened". Small on
+/// purpose: what only some changes carry (holds that ended, sessions) is in
+/// `ended`, none on a plain grant, renewal or release.
 #[derive(Debug, Default)]
 pub struct Change {
     pub replicate: Replicate,
     pub count: Option<Count>,
+    pub notify: Option<&'static CStr>,
+    /// The shared holds on the key before and after: the gauge moves by the
+    /// difference.
+    pub shared: (usize, usize),
+    pub index: Index,
+    pub signal: Signal,
+    pub fate: Fate,
+    /// A session granted on this key that ended: its fence, and when.
+    pub session_ended: Option<(u64, u64)>,
+    pub ended: Option<Box<Ended>>,
+}
+
+/// Holds that ended and the session index's part of a change.
+#[derive(Debug, Default)]
+pub struct Ended {
     /// Holds a grant took over that had expired before the reaper reached
-    /// them: counted and announced as expired, before `notify`.
+    /// them: counted and announced as expired, before the change's own
+    /// notification.
     pub expired: usize,
     /// Lock-delays counted: those of holds taken over (run their course),
     /// or one the change started.
     pub delays: usize,
     /// Bound holds among them freed by their session's end.
     pub session_expiries: usize,
-    pub notify: Option<&'static CStr>,
-    /// The shared holds on the key before and after: the gauge moves by the
-    /// difference.
-    pub shared: (usize, usize),
     /// Bindings gone with holds that ended.
     pub unbound: Vec<Binding>,
     /// A binding the change added.
     pub bound: Option<Binding>,
-    /// A session granted on this key that ended: its fence, and when.
-    pub session_ended: Option<(u64, u64)>,
-    pub index: Index,
-    pub signal: Signal,
-    pub fate: Fate,
 }
 
 impl Change {
+    /// The change's `Ended`, made on first use.
+    fn ended_mut(&mut self) -> &mut Ended {
+        self.ended.get_or_insert_with(Box::default)
+    }
+
     /// What an acquire's look at the key did before it granted or
     /// refused: `replaced` holds (not live) left it, and if the key's own
     /// grant was a session (`ending`: its fence and deadline, read before),
     /// that session ended at its deadline.
+    #[inline]
     pub fn took_over(replaced: &Replaced, ending: Option<(u64, u64)>) -> Change {
         let mut change = Change::default();
         if replaced.count == 0 {
             return change;
         }
         change.session_ended = ending;
+        let ended = change.ended_mut();
         for (hold, at) in &replaced.holds {
-            change.delays += usize::from(hold.grant.delay_ms() > 0);
+            ended.delays += usize::from(hold.grant.delay_ms() > 0);
             if let Some(binding) = hold.grant.session() {
-                change.session_expiries += usize::from(*at < hold.grant.deadline_ms);
-                change.unbound.push(binding.clone());
+                ended.session_expiries += usize::from(*at < hold.grant.deadline_ms);
+                ended.unbound.push(binding.clone());
             }
         }
         change
@@ -125,19 +155,62 @@ impl Change {
     /// replicated as that token's hold, announced; `expired` holds it took
     /// over before the reaper reached them are announced first; the new
     /// hold binds to `bound`.
-    pub fn granted(self, count: Count, expired: usize, bound: Option<Binding>) -> Change {
+    #[inline]
+    pub fn granted(mut self, count: Count, expired: usize, bound: Option<Binding>) -> Change {
+        if expired > 0 || bound.is_some() {
+            let ended = self.ended_mut();
+            ended.expired = expired;
+            ended.bound = bound;
+        }
         Change {
             replicate: Replicate::Held,
             count: Some(count),
-            expired,
             notify: Some(notifications::ACQUIRE),
-            bound,
             index: Index::Ensure,
             ..self
         }
     }
 
+    /// What an acquire's outcome changed, by a client (`by_waiter` false)
+    /// or for a blocked client served at its turn: the holds its look at the
+    /// key took over (`took_over`); a grant or a retry (`granted`, bound to
+    /// `bound`); a busy key counted (a client's only); a refusal nothing.
+    /// `shared` is the key's shared holds before and after.
+    #[inline]
+    pub fn acquired(
+        outcome: &Result<(Acquire, Replaced), Refused>,
+        ending: Option<(u64, u64)>,
+        bound: Option<Binding>,
+        shared: (usize, usize),
+        by_waiter: bool,
+    ) -> Change {
+        let Ok((acquired, replaced)) = outcome else {
+            return Change {
+                shared,
+                ..Change::default()
+            };
+        };
+        let change = Change {
+            shared,
+            ..Change::took_over(replaced, ending)
+        };
+        let (grant, retry) = match by_waiter {
+            false => (Count::Grants, Count::Retries),
+            true => (Count::WaiterGrants, Count::WaiterGrants),
+        };
+        match acquired {
+            Acquire::Busy if by_waiter => change,
+            Acquire::Busy => Change {
+                count: Some(Count::Contended),
+                ..change
+            },
+            Acquire::Granted { .. } => change.granted(grant, replaced.count, bound),
+            Acquire::Retried { .. } => change.granted(retry, 0, None),
+        }
+    }
+
     /// A refusal or a busy key: counted, nothing else.
+    #[inline]
     pub fn counted(count: Count) -> Change {
         Change {
             count: Some(count),
@@ -147,6 +220,7 @@ impl Change {
 
     /// A renewal of the operation's token's hold; `reindex` when the new
     /// deadline falls before the key's index entry.
+    #[inline]
     pub fn renewed(reindex: bool) -> Change {
         Change {
             replicate: Replicate::Held,
@@ -169,6 +243,7 @@ impl Change {
     /// The released hold's binding goes, and if it was a session its bound
     /// holds are free from `now`.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn released(
         released: &Grant,
         now: u64,
@@ -182,8 +257,8 @@ impl Change {
             count: Some(Count::Releases),
             notify: Some(notifications::RELEASE),
             shared,
-            unbound: released.session().cloned().into_iter().collect(),
             session_ended: Some((released.fence, now)),
+            ended: unbinding(released.session().cloned().into_iter().collect(), None),
             ..Change::default()
         };
         if holds_stay {
@@ -207,17 +282,18 @@ impl Change {
 
     /// A release replayed from a master or the AOF: the `gone` holds went
     /// where it was decided; the key goes too unless `holds_stay`.
+    #[inline]
     pub fn release_replayed(gone: &[Hold], holds_stay: bool, shared: (usize, usize)) -> Change {
         Change {
             replicate: Replicate::Verbatim,
             notify: Some(notifications::RELEASE),
             shared,
-            unbound: bindings(gone),
             fate: if holds_stay {
                 Fate::Stays
             } else {
                 Fate::Deleted
             },
+            ended: unbinding(bindings(gone), None),
             ..Change::default()
         }
     }
@@ -225,6 +301,7 @@ impl Change {
     /// A master's or the AOF's `LEASE.APPLY`: the bindings of the holds it
     /// replaced or dropped leave the session index, a hold it set may join it; passed
     /// on as is (a replica's own AOF and its sub-replicas).
+    #[inline]
     pub fn applied(
         unbound: Vec<Binding>,
         bound: Option<Binding>,
@@ -234,15 +311,28 @@ impl Change {
         Change {
             replicate: Replicate::Verbatim,
             shared,
-            unbound,
-            bound,
             index: if index { Index::Ensure } else { Index::Keep },
+            ended: unbinding(unbound, bound),
             ..Change::default()
         }
     }
 }
 
+/// The session index's part of a change that only binds and unbinds: none
+/// when there is nothing to do.
+#[inline]
+fn unbinding(unbound: Vec<Binding>, bound: Option<Binding>) -> Option<Box<Ended>> {
+    (!unbound.is_empty() || bound.is_some()).then(|| {
+        Box::new(Ended {
+            unbound,
+            bound,
+            ..Ended::default()
+        })
+    })
+}
+
 /// The bindings of the bound holds among `holds`.
+#[inline]
 pub fn bindings(holds: &[Hold]) -> Vec<Binding> {
     holds
         .iter()
@@ -331,11 +421,17 @@ mod tests {
             None,
             (0, 0),
         );
-        assert_eq!(bound.unbound.len(), 1);
-        assert_eq!(&*bound.unbound[0].key, b"s");
+        let ended = bound.ended.as_deref().expect("sessions part");
+        assert_eq!(ended.unbound.len(), 1);
+        assert_eq!(&*ended.unbound[0].key, b"s");
         assert_eq!(bound.session_ended, Some((7, 100)));
         let plain = Change::released(&grant(7, None), 100, false, false, false, None, (0, 0));
-        assert!(plain.unbound.is_empty());
+        assert!(plain.ended.is_none());
+        assert_eq!(
+            plain.session_ended,
+            Some((7, 100)),
+            "a release may end a session"
+        );
     }
 
     #[test]
@@ -371,11 +467,12 @@ mod tests {
             ],
         };
         let c = Change::took_over(&replaced, Some((9, 2_000))).granted(Count::Grants, 3, None);
-        assert_eq!(c.delays, 1);
-        assert_eq!(c.session_expiries, 1);
-        assert_eq!(c.unbound.len(), 2);
+        let ended = c.ended.as_deref().expect("holds ended");
+        assert_eq!(ended.delays, 1);
+        assert_eq!(ended.session_expiries, 1);
+        assert_eq!(ended.unbound.len(), 2);
         assert_eq!(c.session_ended, Some((9, 2_000)));
-        assert_eq!(c.expired, 3);
+        assert_eq!(ended.expired, 3);
         assert_eq!(c.replicate, Replicate::Held);
         assert_eq!(c.index, Index::Ensure);
         // Nothing taken over: the key's session did not end here.
@@ -383,10 +480,7 @@ mod tests {
             count: 0,
             holds: Vec::new(),
         };
-        assert_eq!(
-            Change::took_over(&none, Some((9, 2_000))).session_ended,
-            None
-        );
+        assert!(Change::took_over(&none, Some((9, 2_000))).ended.is_none());
     }
 
     #[test]
@@ -400,7 +494,7 @@ mod tests {
             (stays.fate, stays.replicate),
             (Fate::Stays, Replicate::Verbatim)
         );
-        assert_eq!(stays.unbound.len(), 1);
+        assert_eq!(stays.ended.as_deref().map(|e| e.unbound.len()), Some(1));
         let goes = Change::release_replayed(&gone, false, (1, 0));
         assert_eq!(goes.fate, Fate::Deleted);
         assert_eq!(goes.count, None, "counted where it was decided");

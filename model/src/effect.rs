@@ -24,9 +24,10 @@ use std::borrow::Cow;
 use std::ffi::CStr;
 
 use crate::args;
+use crate::change::{bindings, Replicate};
 use crate::error;
-use crate::holds::{Grant, Mode};
-use crate::lease::{Lease, MAX_DEADLINE_MS};
+use crate::holds::{Binding, Grant, Mode};
+use crate::lease::{Holder, Lease, MAX_DEADLINE_MS};
 
 /// One `LEASE.APPLY` form.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +76,7 @@ impl<T: AsRef<[u8]>> Effect<'_, T> {
     /// stack where the form allows (a whole state, a delay): every
     /// argument of a replicated call is an allocation of its own on the
     /// server, so none is made here that the server does not need.
+    #[inline(always)]
     pub fn encode<R>(&self, emit: impl FnOnce(&[Arg<'_, T>]) -> R) -> R {
         match self {
             Effect::Whole { fence, holder } => {
@@ -181,6 +183,7 @@ pub enum Held<'l, T> {
 }
 
 /// The effect that replicates `token`'s hold on `lease`.
+#[inline(always)]
 pub fn held<T: AsRef<[u8]>>(lease: &Lease, token: T) -> Held<'_, T> {
     if let Some(holds) = lease.extended() {
         return match holds.get(token.as_ref()) {
@@ -226,6 +229,91 @@ pub fn whole(lease: &Lease, mut each: impl FnMut(&Effect<'_, &[u8]>)) {
     }
     if persisted.delayed_until != 0 {
         each(&Effect::Delay(persisted.delayed_until));
+    }
+}
+
+/// What the commit path writes for a change's `Replicate`.
+pub enum Emitted<'l, T> {
+    /// An effect naming the operation's token.
+    Token(Effect<'l, T>),
+    /// An effect of the stored lease (its whole state, holds it dropped).
+    Stored(&'l Effect<'l, &'l [u8]>),
+    /// The client's command itself.
+    Verbatim,
+}
+
+/// Hands `emit` what replicates a change of `lease` made by an operation
+/// with `token`, as `how` says: the one mapping from a change to the wire,
+/// which the commit path and the replication fuzz target share.
+#[inline(always)]
+pub fn replicated<'l, T: AsRef<[u8]>>(
+    how: &'l Replicate,
+    lease: Option<&'l Lease>,
+    token: Option<T>,
+    mut emit: impl FnMut(Emitted<'_, T>),
+) {
+    match (how, lease, token) {
+        (Replicate::Nothing, ..) => {}
+        (Replicate::Verbatim, ..) => emit(Emitted::Verbatim),
+        (Replicate::Held, Some(lease), Some(token)) => match held(lease, token) {
+            Held::One(e) => emit(Emitted::Token(e)),
+            Held::Whole => whole(lease, |e| emit(Emitted::Stored(e))),
+            Held::Nothing => {}
+        },
+        (Replicate::Whole, Some(lease), _) => whole(lease, |e| emit(Emitted::Stored(e))),
+        (Replicate::DropToken, _, Some(token)) => emit(Emitted::Token(Effect::Drop(vec![token]))),
+        (Replicate::Dropped(tokens), ..) => {
+            let drop = Effect::Drop(tokens.iter().map(|t| &**t).collect());
+            emit(Emitted::Stored(&drop));
+        }
+        (Replicate::Held | Replicate::Whole | Replicate::DropToken, ..) => {
+            debug_assert!(false, "{how:?} without the lease or the token it names");
+        }
+    }
+}
+
+/// What applying an effect did to the session index's entries.
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Bindings of the holds it replaced or dropped.
+    pub unbound: Vec<Binding>,
+    /// The binding of the hold it set.
+    pub bound: Option<Binding>,
+}
+
+/// A master's or the AOF's effect on `lease` (a replica's `LEASE.APPLY`).
+pub fn apply(lease: &mut Lease, effect: Decoded) -> Applied {
+    match effect {
+        Effect::Whole { fence, holder } => {
+            let unbound = lease.bindings();
+            lease.apply(
+                holder.map(|(deadline_ms, token)| Holder { token, deadline_ms }),
+                fence,
+            );
+            Applied {
+                unbound,
+                bound: None,
+            }
+        }
+        Effect::Hold {
+            token,
+            grant,
+            mode,
+            limit,
+        } => {
+            let grant = grant.into_owned();
+            let bound = grant.session().cloned();
+            let unbound = bindings(&lease.apply_hold(&token, grant, mode, limit));
+            Applied { unbound, bound }
+        }
+        Effect::Drop(tokens) => Applied {
+            unbound: bindings(&lease.apply_drop(tokens.iter().map(|t| &**t))),
+            bound: None,
+        },
+        Effect::Delay(until) => {
+            lease.apply_delay(until);
+            Applied::default()
+        }
     }
 }
 

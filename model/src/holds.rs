@@ -62,6 +62,7 @@ pub trait Sessions {
 pub struct Unbound;
 
 impl Sessions for Unbound {
+    #[inline]
     fn state(&mut self, _: &Binding) -> SessionState {
         SessionState::Live {
             deadline_ms: NO_DEADLINE,
@@ -115,27 +116,33 @@ impl Grant {
         }
     }
 
+    #[inline]
     pub fn owner(&self) -> Option<&[u8]> {
         self.extra.as_ref()?.owner.as_deref()
     }
 
+    #[inline]
     pub fn session(&self) -> Option<&Binding> {
         self.extra.as_ref()?.session.as_ref()
     }
 
+    #[inline]
     pub fn delay_ms(&self) -> u64 {
         self.extra.as_ref().map_or(0, |e| e.delay_ms)
     }
 
+    #[inline]
     pub fn set_owner(&mut self, owner: &[u8]) {
         self.extra.get_or_insert_with(Box::default).owner = Some(owner.into());
     }
 
     /// Whether its own deadline is still ahead (its session aside).
+    #[inline]
     pub fn own_live(&self, now_ms: u64) -> bool {
         now_ms < self.deadline_ms
     }
 
+    #[inline]
     pub fn is_live(&self, now_ms: u64, sessions: &mut impl Sessions) -> bool {
         self.until(now_ms, sessions).is_some()
     }
@@ -222,6 +229,7 @@ impl Terms<'_> {
         delay_ms: 0,
     };
 
+    #[inline]
     pub fn is_plain(&self) -> bool {
         *self == Self::PLAIN
     }
@@ -262,32 +270,39 @@ impl Holds {
     }
 
     /// How many holds are bound to a session.
+    #[inline]
     pub fn bound(&self) -> usize {
         self.bound as usize
     }
 
+    #[inline]
     pub fn delayed_until(&self) -> u64 {
         self.delayed_until
     }
 
+    #[inline]
     pub fn set_delayed_until(&mut self, until_ms: u64) {
         self.delayed_until = until_ms;
     }
 
+    #[inline]
     pub fn mode(&self) -> Mode {
         self.mode
     }
 
+    #[inline]
     pub fn limit(&self) -> Option<u32> {
         self.limit
     }
 
+    #[inline]
     pub fn set_terms(&mut self, mode: Mode, limit: Option<u32>) {
         self.mode = mode;
         self.limit = limit;
     }
 
     /// Holds stored, live or expired.
+    #[inline]
     pub fn len(&self) -> usize {
         match &self.table {
             Table::Few(list) => list.len(),
@@ -295,10 +310,12 @@ impl Holds {
         }
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    #[inline]
     pub fn get(&self, token: &[u8]) -> Option<&Grant> {
         match &self.table {
             Table::Few(list) => list.iter().find(|h| *h.token == *token).map(|h| &h.grant),
@@ -308,6 +325,7 @@ impl Holds {
 
     /// `token`'s hold, to change its deadline or label (not its session:
     /// `insert` keeps the count of bound holds).
+    #[inline]
     pub fn get_mut(&mut self, token: &[u8]) -> Option<&mut Grant> {
         match &mut self.table {
             Table::Few(list) => list
@@ -319,6 +337,7 @@ impl Holds {
     }
 
     /// Every hold, in no particular order.
+    #[inline]
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Grant)> {
         let (few, many) = match &self.table {
             Table::Few(list) => (Some(list.iter().map(|h| (&*h.token, &h.grant))), None),
@@ -328,6 +347,7 @@ impl Holds {
     }
 
     /// Every hold, oldest grant first (fences rise with every grant).
+    #[inline]
     pub fn by_grant(&self) -> Vec<(&[u8], &Grant)> {
         let mut all: Vec<_> = self.iter().collect();
         all.sort_unstable_by_key(|(_, g)| g.fence);
@@ -424,6 +444,7 @@ impl Holds {
 
     /// A hold with `DELAY` that ended at `at_ms` keeps the key from any
     /// grant until `at_ms + delay`.
+    #[inline]
     pub fn start_delay(&mut self, grant: &Grant, at_ms: u64) {
         if grant.delay_ms() > 0 {
             let until = at_ms.saturating_add(grant.delay_ms());
@@ -447,6 +468,7 @@ impl Holds {
 
     /// The earliest own deadline of any hold, live or not (holds that live
     /// as long as their session have none).
+    #[inline]
     pub fn earliest(&self) -> Option<u64> {
         self.iter()
             .map(|(_, g)| g.deadline_ms)
@@ -457,6 +479,7 @@ impl Holds {
     /// Live holds at `now_ms`; `earliest` is a deadline no hold is before,
     /// so when it is still ahead and no hold is bound, every hold is live
     /// and nothing is read.
+    #[inline]
     pub fn live(&self, now_ms: u64, earliest: u64, sessions: &mut impl Sessions) -> usize {
         if now_ms < earliest && self.bound == 0 {
             return self.len();
@@ -467,6 +490,7 @@ impl Holds {
     }
 
     /// When the last live hold ends as things stand.
+    #[inline]
     pub fn latest_live(&self, now_ms: u64, sessions: &mut impl Sessions) -> Option<u64> {
         self.iter()
             .filter_map(|(_, g)| g.until(now_ms, sessions))

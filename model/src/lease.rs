@@ -57,6 +57,7 @@ impl FenceSequence {
     }
 
     /// The highest fence issued or observed.
+    #[inline]
     pub fn last(&self) -> u64 {
         self.last
     }
@@ -79,6 +80,7 @@ impl FenceSequence {
     /// clock floor: a fence seen in replication, in an AOF, in RDB aux data
     /// or in a restored key was issued somewhere, and the next grant here
     /// must be above it.
+    #[inline]
     pub fn observe(&mut self, fence: u64, now_ms: u64) {
         self.last = self.last.max(fence.min(Self::ceiling(now_ms)));
     }
@@ -120,6 +122,7 @@ pub enum Token<'a> {
 impl std::ops::Deref for Token<'_> {
     type Target = [u8];
 
+    #[inline]
     fn deref(&self) -> &[u8] {
         match self {
             Token::Stored(bytes) => bytes,
@@ -130,6 +133,7 @@ impl std::ops::Deref for Token<'_> {
 }
 
 impl PartialEq for Token<'_> {
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
         **self == **other
     }
@@ -138,6 +142,7 @@ impl PartialEq for Token<'_> {
 impl Eq for Token<'_> {}
 
 impl std::fmt::Debug for Token<'_> {
+    #[inline]
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Token({} bytes)", self.len())
     }
@@ -388,6 +393,7 @@ impl Default for Lease {
 }
 
 impl Drop for Lease {
+    #[inline]
     fn drop(&mut self) {
         self.drop_storage();
     }
@@ -424,6 +430,7 @@ impl PartialEq for Lease {
 impl Eq for Lease {}
 
 impl std::fmt::Debug for Lease {
+    #[inline]
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
             .field("fence", &self.fence())
@@ -482,16 +489,19 @@ impl Lease {
     }
 
     /// The holds, if this lease has left the compact form.
+    #[inline]
     pub fn extended(&self) -> Option<&Holds> {
         // SAFETY: the kind says the holds variant is the one written.
         (self.token_kind() == EXTENDED).then(|| unsafe { &**self.token.extended })
     }
 
+    #[inline]
     fn extended_mut(&mut self) -> Option<&mut Holds> {
         // SAFETY: the kind says the holds variant is the one written.
         (self.token_kind() == EXTENDED).then(|| unsafe { &mut **self.token.extended })
     }
 
+    #[inline]
     pub fn is_extended(&self) -> bool {
         self.token_kind() == EXTENDED
     }
@@ -517,15 +527,18 @@ impl Lease {
         self.set_index_mark(mark);
     }
 
+    #[inline]
     fn token_len(&self) -> usize {
         ((self.fence_len >> FENCE_BITS) & ((1 << LEN_BITS) - 1)) as usize
     }
 
+    #[inline]
     fn token_kind(&self) -> u64 {
         self.fence_len >> KIND_SHIFT
     }
 
     /// Whether the token lives in a buffer of its own.
+    #[inline]
     fn token_on_heap(&self) -> bool {
         self.token_kind() == RAW && self.token_len() > INLINE_TOKEN
     }
@@ -545,16 +558,19 @@ impl Lease {
         }
     }
 
+    #[inline]
     fn deadline_ms(&self) -> u64 {
         self.deadline_mark & DEADLINE_MASK
     }
 
+    #[inline]
     fn set_fence(&mut self, fence: u64) {
         let fence = fence.min(FENCE_LIMIT - 1);
         self.fence_len = (self.fence_len & !(FENCE_LIMIT - 1)) | fence;
     }
 
     /// Moves the deadline, keeping the index mark where it was.
+    #[inline]
     fn set_deadline(&mut self, deadline_ms: u64) {
         let mark = self.index_mark();
         self.deadline_mark = deadline_ms.min(DEADLINE_MASK);
@@ -595,11 +611,13 @@ impl Lease {
 
     /// The holder's deadline, live or expired; `None` when free. Reads no
     /// token, so the hot paths that only need the deadline never rebuild one.
+    #[inline]
     pub fn deadline(&self) -> Option<u64> {
         Some(self.deadline_ms()).filter(|&d| d != 0)
     }
 
     /// Whether any hold is live at `now_ms`.
+    #[inline]
     pub fn is_live(&self, now_ms: u64, sessions: &mut impl Sessions) -> bool {
         match self.extended() {
             None => now_ms < self.deadline_ms(),
@@ -610,6 +628,7 @@ impl Lease {
     /// Whether a hold's deadline (or a lock-delay's end) has passed without
     /// its being dealt with: what the reaper is for. Bound holds whose
     /// session ended are the session's reaping, not this.
+    #[inline]
     pub fn has_expired_hold(&self, now_ms: u64) -> bool {
         let deadline = self.deadline_ms();
         deadline != 0
@@ -621,12 +640,14 @@ impl Lease {
     }
 
     /// Until when a lock-delay keeps the key from any grant, if it does.
+    #[inline]
     pub fn delayed(&self, now_ms: u64, sessions: &mut impl Sessions) -> Option<u64> {
         let holds = self.extended()?;
         Some(holds.delay_end(now_ms, sessions)).filter(|&until| now_ms < until)
     }
 
     /// Whether the live holder of a compact lease is `token`, at `now_ms`.
+    #[inline]
     fn held_by(&self, token: &[u8], now_ms: u64) -> bool {
         now_ms < self.deadline_ms() && self.holds(token)
     }
@@ -654,6 +675,7 @@ impl Lease {
 
     /// The stored holder of a compact lease, live or expired (for
     /// persistence); `None` when free or extended.
+    #[inline]
     pub fn holder(&self) -> Option<HolderRef<'_>> {
         let deadline_ms = self.deadline_ms();
         (deadline_ms != 0 && !self.is_extended()).then(|| HolderRef {
@@ -662,12 +684,14 @@ impl Lease {
         })
     }
 
+    #[inline]
     pub fn fence(&self) -> u64 {
         self.fence_len & (FENCE_LIMIT - 1)
     }
 
     /// The holder as persisted and replicated: `(deadline_ms, token)`,
     /// `(0, "")` when free or extended (whose holds are persisted apart).
+    #[inline]
     pub fn persisted_holder(&self) -> (u64, Token<'_>) {
         match self.is_extended() {
             false => (self.deadline_ms(), self.token()),
@@ -681,12 +705,14 @@ impl Lease {
     /// the deadline; a renewal that carries the deadline more than about
     /// 17 minutes past the entry forgets the mark (the reaper then meets the
     /// entry when it falls due and drops it). A free lease has no mark.
+    #[inline]
     pub fn index_mark(&self) -> Option<u64> {
         let distance = self.deadline_mark >> DEADLINE_BITS;
         let deadline_ms = self.deadline_ms();
         (distance != NO_MARK && deadline_ms != 0).then(|| deadline_ms - distance)
     }
 
+    #[inline]
     pub fn set_index_mark(&mut self, at_ms: Option<u64>) {
         let distance = at_ms
             .and_then(|at| self.deadline_ms().checked_sub(at))
@@ -779,6 +805,7 @@ impl Lease {
     }
 
     /// Stored shared holds, live or not (the `lease_shared_holds` gauge).
+    #[inline]
     pub fn shared_holds(&self) -> usize {
         self.extended()
             .filter(|h| h.mode() == Mode::Shared)
@@ -786,6 +813,7 @@ impl Lease {
     }
 
     /// Stored holds bound to a session (the `lease_bound_holds` gauge).
+    #[inline]
     pub fn bound_holds(&self) -> usize {
         self.extended().map_or(0, Holds::bound)
     }
@@ -846,6 +874,7 @@ impl Lease {
     }
 
     /// The earliest deadline of any hold after `deadline` moved to a new one.
+    #[inline]
     fn lower_earliest(&mut self, deadline_ms: u64) {
         if deadline_ms == NO_DEADLINE {
             return;
@@ -1020,6 +1049,7 @@ impl Lease {
     /// Makes an extended lease's next look exact again: a release or a
     /// renewal of the hold that had the earliest deadline leaves an earlier
     /// one, which costs only a look too soon, until this.
+    #[inline]
     pub fn refresh_earliest(&mut self) {
         if let Some(holds) = self.extended() {
             let next = Self::next_look(holds);
@@ -1066,6 +1096,17 @@ impl Lease {
             self.lower_earliest(deadline_ms);
         }
         replaced
+    }
+
+    /// A `LEASE.RELEASE` replayed from a master or the AOF: the effect of a
+    /// release where it was decided, `token`'s hold gone whatever this
+    /// node's clock says. Returns the holds gone and whether others stay
+    /// (else the key goes).
+    #[inline]
+    pub fn replay_release(&mut self, token: &[u8]) -> (Vec<Hold>, bool) {
+        let gone = self.apply_drop([token]);
+        let stays = self.extended().is_some_and(|h| !h.is_empty());
+        (gone, stays)
     }
 
     /// A master's effect: these holds are gone (released or ended); returns
@@ -1178,6 +1219,7 @@ impl Lease {
 
     /// Moves the deadline of a live compact lease held by `token` to
     /// `now + ttl`. Never revives an expired one.
+    #[inline]
     fn renew(&mut self, token: &[u8], ttl_ms: u64, now_ms: u64) -> bool {
         let held = self.held_by(token, now_ms);
         if held {
@@ -1218,6 +1260,7 @@ impl Lease {
     /// holder is `persisted_holder`).
     /// The session bindings of the lease's bound holds: none, and no
     /// allocation, for a lease without one.
+    #[inline]
     pub fn bindings(&self) -> Vec<Binding> {
         match self.extended().filter(|_| self.bound_holds() > 0) {
             None => Vec::new(),
@@ -1248,6 +1291,7 @@ impl Lease {
 
     /// Overwrites the state with values decided elsewhere (a master's effect,
     /// an AOF entry). The fence sequence must have observed `fence` already.
+    #[inline]
     pub fn apply(&mut self, holder: Option<Holder>, fence: u64) {
         self.set_fence(fence);
         match holder {
@@ -1257,6 +1301,7 @@ impl Lease {
     }
 
     /// Bytes owned by this value beyond the struct itself.
+    #[inline]
     pub fn heap_size(&self) -> usize {
         if self.token_on_heap() {
             self.token_len()
@@ -1282,11 +1327,13 @@ pub struct WaitQueues {
 }
 
 impl WaitQueues {
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }
 
     /// Waiters on all keys.
+    #[inline]
     pub fn total(&self) -> usize {
         self.total
     }
@@ -1305,14 +1352,17 @@ impl WaitQueues {
         self.next_id
     }
 
+    #[inline]
     pub fn head(&self, db: i32, key: &[u8]) -> Option<u64> {
         self.queue(db, key).and_then(|q| q.front().copied())
     }
 
+    #[inline]
     pub fn len(&self, db: i32, key: &[u8]) -> usize {
         self.queue(db, key).map_or(0, VecDeque::len)
     }
 
+    #[inline]
     fn queue(&self, db: i32, key: &[u8]) -> Option<&VecDeque<u64>> {
         if self.total == 0 {
             return None;
@@ -1321,6 +1371,7 @@ impl WaitQueues {
     }
 
     /// Every key with waiters in database `db`, or in all (`db < 0`).
+    #[inline]
     pub fn keys(&self, db: i32) -> Vec<(i32, Box<[u8]>)> {
         self.by_db
             .iter()
@@ -1369,11 +1420,13 @@ impl Resource {
         Self { highest }
     }
 
+    #[inline]
     pub fn highest(&self) -> u64 {
         self.highest
     }
 
     /// Checks `fence` without recording it.
+    #[inline]
     pub fn check(&self, fence: u64) -> Result<(), Stale> {
         if fence < self.highest {
             Err(Stale {
@@ -1386,6 +1439,7 @@ impl Resource {
 
     /// Records `fence` as the highest accepted; equal fences pass, so one
     /// holder may write several times under one grant.
+    #[inline]
     pub fn accept(&mut self, fence: u64) -> Result<(), Stale> {
         self.check(fence)?;
         self.highest = fence;
@@ -1408,6 +1462,7 @@ pub fn tokens_equal(a: &[u8], b: &[u8]) -> bool {
 /// `fault-injection` build, a way to make it wrong on purpose.
 impl WaitQueues {
     /// Every key's queue: database, key name, waiters in it.
+    #[inline]
     pub fn queues(&self) -> impl Iterator<Item = (i32, &[u8], usize)> + '_ {
         self.by_db
             .iter()
@@ -1416,6 +1471,7 @@ impl WaitQueues {
 
     /// Miscounts the waiters by one (`LEASE.DEBUG CORRUPT waiters`).
     #[cfg(feature = "fault-injection")]
+    #[inline]
     pub fn miscount(&mut self) {
         self.total += 1;
     }

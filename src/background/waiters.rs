@@ -12,13 +12,13 @@ use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
 
-use crate::keyspace::commit::commit;
+use crate::keyspace::commit::{commit, On};
 use crate::keyspace::effects;
 use crate::keyspace::sessions::{self, Lookup};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types::{self};
 use crate::keyspace::wire::Wire;
-use crate::model::change::{Change, Count, Signal};
+use crate::model::change::{Change, Signal};
 use crate::model::config;
 use crate::model::error;
 use crate::model::holds::{Binding, Mode, Refused, Terms};
@@ -233,42 +233,31 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 &mut state::fences(),
                 &mut Lookup::new(ctx, now),
             );
-            let (outcome, mut change) = match outcome {
-                Ok((acquired, replaced)) => (
-                    Ok((acquired, replaced.count)),
-                    Change::took_over(&replaced, ending),
-                ),
-                Err(refused) => (Err(refused), Change::default()),
-            };
-            change.shared = (shared_before, lease.shared_holds());
+            let bound = terms.session.map(|(session, session_fence)| Binding {
+                key: session.into(),
+                fence: session_fence,
+            });
+            let shared = (shared_before, lease.shared_holds());
+            let mut change = Change::acquired(&outcome, ending, bound, shared, true);
             let fence = match outcome {
-                Ok((Acquire::Granted { fence }, expired)) => {
-                    let bound = terms.session.map(|(session, session_fence)| Binding {
-                        key: session.into(),
-                        fence: session_fence,
-                    });
-                    change = change.granted(Count::WaiterGrants, expired, bound);
-                    fence
-                }
-                Ok((Acquire::Retried { fence }, _)) => {
-                    change = change.granted(Count::WaiterGrants, 0, None);
-                    fence
-                }
+                Ok((Acquire::Granted { fence } | Acquire::Retried { fence }, _)) => fence,
                 // The limit or max-holders reached, or a lock-delay: wait
                 // for it to end.
                 Ok((Acquire::Busy, _)) | Err(Refused::TooManyHolders) => {
-                    commit(ctx, key_name, &mut key, None, change);
+                    commit(ctx, key_name, On::Key(&mut key), None, change);
                     return ERR;
                 }
                 Err(refused) => {
-                    commit(ctx, key_name, &mut key, None, change);
+                    commit(ctx, key_name, On::Key(&mut key), None, change);
                     rm::reply_message(ctx, error::refused(refused));
                     return OK;
                 }
             };
-            if !stored {
-                types::store_lease(&mut key, fresh);
-            }
+            let lease = if stored {
+                lease
+            } else {
+                types::store_lease(&mut key, fresh)
+            };
             state::waiters().remove(waiter.db, &waiter.key, waiter.id);
             if waiter.mode == Mode::Shared {
                 // A shared grant may leave room for the shared waiter now at
@@ -278,7 +267,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
             commit(
                 ctx,
                 key_name,
-                &mut key,
+                On::Lease(lease),
                 Some(Wire::Bytes(&waiter.token)),
                 change,
             );

@@ -6,14 +6,14 @@ use std::os::raw::c_int;
 
 use redis_module::raw;
 
-use crate::keyspace::commit::commit;
+use crate::keyspace::commit::{commit, On};
 use crate::keyspace::effects;
 use crate::keyspace::sessions::{self, Lookup};
 use crate::keyspace::state;
 use crate::keyspace::types;
 use crate::keyspace::wire::Wire;
 use crate::model::args;
-use crate::model::change::{Change, Count, Signal};
+use crate::model::change::{Change, Signal};
 use crate::model::config;
 use crate::model::error;
 use crate::model::holds::{Binding, Refused, Terms};
@@ -145,54 +145,42 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         &mut state::fences(),
         &mut lookup,
     );
-    let (outcome, mut change) = match outcome {
-        Ok((acquired, replaced)) => (
-            Ok((acquired, replaced.count)),
-            Change::took_over(&replaced, ending),
-        ),
-        Err(refused) => (Err(refused), Change::default()),
-    };
-    change.shared = (shared_before, lease.shared_holds());
+    let bound = terms.session.map(|(session, session_fence)| Binding {
+        key: session.into(),
+        fence: session_fence,
+    });
+    let shared = (shared_before, lease.shared_holds());
+    let mut change = Change::acquired(&outcome, ending, bound, shared, false);
     let fence = match outcome {
         Err(Refused::TooManyHolders) if parsed.block_ms.is_some() => {
             // Full to the operator's cap: a blocking caller waits its turn.
-            commit(ctx, key_name, &mut key, None, change);
+            commit(ctx, key_name, On::Key(&mut key), None, change);
             return block(ctx, key_name, token, &parsed, terms);
         }
         Err(refused) => {
-            commit(ctx, key_name, &mut key, None, change);
+            commit(ctx, key_name, On::Key(&mut key), None, change);
             return rm::reply_message(ctx, error::refused(refused));
         }
         Ok((Acquire::Busy, _)) => {
-            change.count = Some(Count::Contended);
             if queue_ahead && !lease.is_live(now, &mut lookup) {
                 // Free, but owed to the queue: serve its head now rather
                 // than at the reaper's next tick.
                 change.signal = Signal::IfWaiting;
             }
-            commit(ctx, key_name, &mut key, None, change);
+            commit(ctx, key_name, On::Key(&mut key), None, change);
             return match parsed.block_ms {
                 Some(_) => block(ctx, key_name, token, &parsed, terms),
                 None => rm::reply_null_array(ctx),
             };
         }
-        Ok((Acquire::Granted { fence }, expired)) => {
-            let bound = terms.session.map(|(session, session_fence)| Binding {
-                key: session.into(),
-                fence: session_fence,
-            });
-            change = change.granted(Count::Grants, expired, bound);
-            fence
-        }
-        Ok((Acquire::Retried { fence }, _)) => {
-            change = change.granted(Count::Retries, 0, None);
-            fence
-        }
+        Ok((Acquire::Granted { fence } | Acquire::Retried { fence }, _)) => fence,
     };
-    if !stored {
-        types::store_lease(&mut key, fresh);
-    }
-    commit(ctx, key_name, &mut key, Some(wire), change);
+    let lease = if stored {
+        lease
+    } else {
+        types::store_lease(&mut key, fresh)
+    };
+    commit(ctx, key_name, On::Lease(lease), Some(wire), change);
     drop(key);
     reply_grant(ctx, token, fence)
 }

@@ -4,13 +4,13 @@
 
 use std::os::raw::c_int;
 
-use crate::keyspace::commit::commit;
+use crate::keyspace::commit::{commit, On};
 use crate::keyspace::state;
 use crate::keyspace::types;
-use crate::model::change::{bindings, Change};
-use crate::model::effect::Effect;
+use crate::model::change::Change;
+use crate::model::effect::{self, Effect};
 use crate::model::error;
-use crate::model::lease::{Holder, Lease};
+use crate::model::lease::Lease;
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::{command, origin, Origin, Redact};
@@ -62,41 +62,13 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
         }
     };
     let shared_before = lease.shared_holds();
-    let (gone, bound) = match effect {
-        Effect::Whole { fence, holder } => {
-            let gone = lease.bindings();
-            lease.apply(
-                holder.map(|(deadline_ms, token)| Holder { token, deadline_ms }),
-                fence,
-            );
-            (gone, None)
-        }
-        Effect::Hold {
-            token,
-            grant,
-            mode,
-            limit,
-        } => {
-            let grant = grant.into_owned();
-            let bound = grant.session().cloned();
-            (
-                bindings(&lease.apply_hold(&token, grant, mode, limit)),
-                bound,
-            )
-        }
-        Effect::Drop(tokens) => (
-            bindings(&lease.apply_drop(tokens.iter().map(|t| &**t))),
-            None,
-        ),
-        Effect::Delay(until) => {
-            lease.apply_delay(until);
-            (Vec::new(), None)
-        }
-    };
+    let applied = effect::apply(lease, effect);
     let shared = (shared_before, lease.shared_holds());
-    if !stored {
-        types::store_lease(&mut key, fresh);
-    }
+    let lease = if stored {
+        lease
+    } else {
+        types::store_lease(&mut key, fresh)
+    };
     // A slot being imported is indexed when the import ends.
     let index = origin != Origin::SlotImport;
     // A replica's own AOF gets the effect only by its verbatim replication
@@ -105,9 +77,9 @@ fn apply(ctx: Ctx, args: &[RString]) -> c_int {
     commit(
         ctx,
         *key_name,
-        &mut key,
+        On::Lease(lease),
         None,
-        Change::applied(gone, bound, shared, index),
+        Change::applied(applied.unbound, applied.bound, shared, index),
     );
     drop(key);
     rm::reply_simple(ctx, c"OK")

@@ -2,7 +2,7 @@
 
 use std::os::raw::c_int;
 
-use crate::keyspace::commit::commit;
+use crate::keyspace::commit::{commit, On};
 use crate::keyspace::effects;
 use crate::keyspace::sessions::Lookup;
 use crate::keyspace::wire::Wire;
@@ -47,11 +47,10 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
             return rm::reply_integer(ctx, 0);
         };
         let shared_before = lease.shared_holds();
-        let gone = lease.apply_drop([token]);
-        let stays = lease.extended().is_some_and(|h| !h.is_empty());
+        let (gone, stays) = lease.replay_release(token);
         let shared = (shared_before, lease.shared_holds());
         let change = Change::release_replayed(&gone, stays, shared);
-        commit(ctx, *key_name, &mut key, None, change);
+        commit(ctx, *key_name, On::Key(&mut key), None, change);
         return rm::reply_integer(ctx, 1);
     }
     let now = rm::now_ms();
@@ -59,7 +58,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         commit(
             ctx,
             *key_name,
-            &mut key,
+            On::Key(&mut key),
             None,
             Change::counted(Count::ReleasesRejected),
         );
@@ -71,7 +70,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         commit(
             ctx,
             *key_name,
-            &mut key,
+            On::Key(&mut key),
             None,
             Change::counted(Count::ReleasesRejected),
         );
@@ -89,6 +88,12 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         mark,
         shared,
     );
-    commit(ctx, *key_name, &mut key, Some(Wire::Bytes(token)), change);
+    commit(
+        ctx,
+        *key_name,
+        On::Key(&mut key),
+        Some(Wire::Bytes(token)),
+        change,
+    );
     rm::reply_integer(ctx, 1)
 }

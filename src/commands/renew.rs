@@ -2,7 +2,7 @@
 
 use std::os::raw::c_int;
 
-use crate::keyspace::commit::commit;
+use crate::keyspace::commit::{commit, On};
 use crate::keyspace::sessions::Lookup;
 use crate::keyspace::wire::Wire;
 use crate::model::args::{check_token, parse_ttl_or_zero};
@@ -47,7 +47,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
         commit(
             ctx,
             *key_name,
-            &mut key,
+            On::Key(&mut key),
             None,
             Change::counted(Count::RenewalsRejected),
         );
@@ -61,7 +61,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
             commit(
                 ctx,
                 *key_name,
-                &mut key,
+                On::Key(&mut key),
                 None,
                 Change::counted(Count::RenewalsRejected),
             );
@@ -76,7 +76,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
     commit(
         ctx,
         *key_name,
-        &mut key,
+        On::Lease(lease),
         Some(token),
         Change::renewed(reindex),
     );

@@ -12,15 +12,23 @@ use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
 use crate::keyspace::wire::{send, Sink, Wire};
 use crate::model::change::{Change, Count, Fate, Index, Replicate, Signal};
-use crate::model::effect::{self, Effect, Held};
+use crate::model::effect::{self, Emitted};
 use crate::model::lease::Lease;
 use crate::model::notifications;
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
-/// Carries out `change` on the lease key `name`, open in `key`; `token` is
-/// the operation's (a grant's, a renewal's, a release's), which
+/// What a change is carried out on: the stored lease, where the caller
+/// holds it (no second lookup), or the open key (a change that deletes it,
+/// or one that reads no lease).
+pub enum On<'a> {
+    Lease(&'a mut Lease),
+    Key(&'a mut Key),
+}
+
+/// Carries out `change` on the lease key `name`; `token` is the
+/// operation's (a grant's, a renewal's, a release's), which
 /// `Replicate::Held` and `Replicate::DropToken` name.
-pub fn commit(ctx: Ctx, name: RString, key: &mut Key, token: Option<Wire>, change: Change) {
+pub fn commit(ctx: Ctx, name: RString, on: On<'_>, token: Option<Wire>, change: Change) {
     match change.count {
         Some(Count::WaiterGrants) => {
             state::bump(&STATS.grants);
@@ -29,43 +37,63 @@ pub fn commit(ctx: Ctx, name: RString, key: &mut Key, token: Option<Wire>, chang
         Some(count) => state::bump(counter(count)),
         None => {}
     }
-    state::shared_holds_moved(change.shared.0, change.shared.1);
-    let db = rm::selected_db(ctx);
-    let key_bytes = rm::bytes(&name);
-    if sessions::any_bound() || change.bound.is_some() {
-        sessions::unbind_each(db, key_bytes, &change.unbound);
+    if change.shared.0 != change.shared.1 {
+        state::shared_holds_moved(change.shared.0, change.shared.1);
+    }
+    // The key's database and name, read only if a step needs them.
+    let at = || (rm::selected_db(ctx), rm::bytes(&name));
+    let bound = change.ended.as_deref().and_then(|e| e.bound.as_ref());
+    let unbound = change.ended.as_deref().map_or(&[][..], |e| &e.unbound[..]);
+    let unbinds = !unbound.is_empty() || change.session_ended.is_some();
+    if (unbinds && sessions::any_bound()) || bound.is_some() {
+        let (db, key_bytes) = at();
+        sessions::unbind_each(db, key_bytes, unbound);
         if let Some((fence, at)) = change.session_ended {
             sessions::ended(ctx, db, key_bytes, fence, at);
         }
-        if let Some(binding) = &change.bound {
+        if let Some(binding) = bound {
             sessions::bind(db, key_bytes, binding);
         }
     }
-    if change.delays > 0 {
-        state::add(&STATS.delays, change.delays as u64);
-    }
-    sessions::count_session_expiries(change.session_expiries);
-    match change.index {
-        Index::Keep => {}
-        Index::Ensure => {
-            if let Some(lease) = lease_of(key) {
-                state::index_lease(db, key_bytes, lease);
-            }
+    if let Some(ended) = change.ended.as_deref() {
+        if ended.delays > 0 {
+            state::add(&STATS.delays, ended.delays as u64);
         }
-        Index::Remove(at) => {
-            if state::is_primary() {
-                state::index().remove(at, db, key_bytes);
-            }
+        if ended.session_expiries > 0 {
+            sessions::count_session_expiries(ended.session_expiries);
         }
     }
-    if change.fate == Fate::Deleted {
-        types::delete(key);
+    if let Index::Remove(deadline) = change.index {
+        if state::is_primary() {
+            let (db, key_bytes) = at();
+            state::index().remove(deadline, db, key_bytes);
+        }
     }
-    replicate(ctx, name, key, token, change.replicate);
-    if change.expired > 0 {
+    let ensure = change.index == Index::Ensure && state::is_primary();
+    let (mut lease, key) = match on {
+        On::Lease(lease) => (Some(lease), None),
+        On::Key(key) => (None, Some(key)),
+    };
+    match (change.fate, key) {
+        (Fate::Deleted, Some(key)) => types::delete(key),
+        (Fate::Deleted, None) => debug_assert!(false, "a change that deletes the key is given it"),
+        (Fate::Stays, Some(key)) if ensure || change.replicate.reads_lease() => {
+            lease = lease_of(key);
+        }
+        (Fate::Stays, _) => {}
+    }
+    if ensure {
+        if let Some(lease) = lease.as_deref_mut() {
+            let (db, key_bytes) = at();
+            state::index_lease(db, key_bytes, lease);
+        }
+    }
+    replicate(ctx, name, lease.as_deref(), token, &change.replicate);
+    let expired = change.ended.as_deref().map_or(0, |e| e.expired);
+    if expired > 0 {
         // Holds a grant took over before the reaper reached them: announced
         // and counted here, as the reaper would have.
-        state::add(&STATS.expired, change.expired as u64);
+        state::add(&STATS.expired, expired as u64);
         rm::notify(ctx, notifications::EXPIRE, name);
     }
     if let Some(event) = change.notify {
@@ -76,33 +104,15 @@ pub fn commit(ctx: Ctx, name: RString, key: &mut Key, token: Option<Wire>, chang
     }
 }
 
-fn replicate(ctx: Ctx, name: RString, key: &mut Key, token: Option<Wire>, how: Replicate) {
+/// Writes what `how` replicates (`effect::replicated`, the one mapping).
+#[inline(always)]
+fn replicate(ctx: Ctx, name: RString, lease: Option<&Lease>, token: Option<Wire>, how: &Replicate) {
     let sink = Sink::Replicate(ctx);
-    match (how, token) {
-        (Replicate::Nothing, _) => {}
-        (Replicate::Verbatim, _) => rm::replicate_verbatim(ctx),
-        (Replicate::Held, Some(token)) => {
-            if let Some(lease) = lease_of(key) {
-                match effect::held(lease, token) {
-                    Held::One(e) => send(sink, name, &e),
-                    Held::Whole => effect::whole(lease, |e| send(sink, name, e)),
-                    Held::Nothing => {}
-                }
-            }
-        }
-        (Replicate::Whole, _) => {
-            if let Some(lease) = lease_of(key) {
-                effect::whole(lease, |e| send(sink, name, e));
-            }
-        }
-        (Replicate::DropToken, Some(token)) => send(sink, name, &Effect::Drop(vec![token])),
-        (Replicate::Held | Replicate::DropToken, None) => {
-            debug_assert!(
-                false,
-                "{how:?} names the operation's token, and there is none"
-            );
-        }
-    }
+    effect::replicated(how, lease, token, |emitted| match emitted {
+        Emitted::Token(e) => send(sink, name, &e),
+        Emitted::Stored(e) => send(sink, name, e),
+        Emitted::Verbatim => rm::replicate_verbatim(ctx),
+    });
 }
 
 fn lease_of(key: &mut Key) -> Option<&mut Lease> {

@@ -53,6 +53,7 @@ pub enum Sink {
 
 /// Writes `LEASE.APPLY key ...` for `effect`: the one place an effect
 /// becomes a command (`Effect::encode` makes its arguments).
+#[inline(always)]
 pub fn send<T: WireToken>(sink: Sink, key: RString, effect: &Effect<'_, T>) {
     effect.encode(|parts| match parts {
         [state, token] => send_two(sink, key, state, token),
@@ -62,6 +63,7 @@ pub fn send<T: WireToken>(sink: Sink, key: RString, effect: &Effect<'_, T>) {
 
 /// The common case, two arguments after the key (`sbb`, or `sbs` for the
 /// client's own token): no module string is made here.
+#[inline(always)]
 fn send_two<T: WireToken>(sink: Sink, key: RString, state: &Arg<'_, T>, token: &Arg<'_, T>) {
     let apply = c"LEASE.APPLY".as_ptr();
     let state = state.bytes();
