@@ -23,6 +23,7 @@ from redis.cluster import key_slot
 
 from . import checker, report
 from .nemesis import Log, Nemesis, NodeWatcher, Observer, Pauser
+from .network import worker_host
 from .topology import SERVERS, ClusterTopology, SentinelTopology, Topology, server_binary
 
 TOPOLOGIES = {"sentinel": SentinelTopology, "cluster": ClusterTopology}
@@ -123,6 +124,16 @@ def self_check(topology: Topology) -> list[str]:
     return problems
 
 
+def plant(topology: Topology, what: str, rng: random.Random) -> dict:
+    """``LEASE.DEBUG CORRUPT <what>`` on one data node, chosen at random, once the faults
+    are over: a fault-injection build breaks one of its own structures the way a bug
+    would, and `self_check` must then fail the run (scripts/chaos --self-test)."""
+    node = rng.choice(topology.nodes)
+    with node.client(5.0) as conn:
+        conn.execute_command("LEASE.DEBUG", "CORRUPT", *what.split())
+    return {"type": "planted", "proc": "run", "t": time.time(), "node": node.addr, "what": what}
+
+
 def worker_ends(name: str, events: list[dict], status: int | None, t: float) -> list[dict]:
     """The worker's exit, and each operation it invoked and never completed because it was
     killed, recorded as indeterminate. A worker that exited by itself completed all of
@@ -178,7 +189,7 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
         if kind == "sentinel":
             seeds = topology.sentinel_addrs()
         else:
-            seeds = [("127.0.0.1", n.port) for n in topology.nodes]
+            seeds = [(n.host, n.port) for n in topology.nodes]
         start = time.time()
         until = start + seconds
         for i in range(args.workers):
@@ -195,6 +206,7 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
                 "seed": rng.getrandbits(32),
                 "replicas": topology.replicas_per_primary,
                 "careful": i % 2 == 0,
+                "source": worker_host(i),
             }
             workers[f"w{i}"] = subprocess.Popen(
                 [sys.executable, "-m", "lease_chaos.worker", json.dumps(config)],
@@ -229,6 +241,8 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
         nemesis.settle()
         observer.poll()
         final = final_state(topology, observer, tags, db_path)
+        if args.plant:
+            log.add(plant(topology, args.plant, rng))
         failed += self_check(topology)
     finally:
         for thread in (observer, watcher):
@@ -317,6 +331,12 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--expect-pauses", type=int, default=0, help="fail unless this many worker pauses"
+    )
+    parser.add_argument(
+        "--plant",
+        metavar="WHAT",
+        help="after the faults, LEASE.DEBUG CORRUPT WHAT on one data node (a fault-injection "
+        "build of the module): the run must then fail its LEASE.DEBUG CHECK",
     )
     args = parser.parse_args(argv)
     total = args.seconds if args.seconds is not None else (args.minutes or 1) * 60

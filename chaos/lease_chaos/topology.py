@@ -1,6 +1,7 @@
 """The servers a chaos run stands up: three data nodes and three Sentinels, or a cluster
 of three masters with one replica each. Every data node loads the module; every process
-listens on 127.0.0.1 only and is a child of this process, so its exit is seen at once.
+listens on a loopback address of its own (see network.py) and is a child of this process,
+so its exit is seen at once.
 
 Sentinel processes load no module: Sentinel mode ignores `loadmodule` (it holds no data).
 """
@@ -19,10 +20,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .network import HARNESS, data_host, sentinel_host
+
 # Built by scripts/chaos from chaos/clockshift.c; steps one node's wall clock.
 CLOCKSHIFT_LIB = os.environ.get("CHAOS_CLOCKSHIFT", "")
 MASTER_NAME = "mymaster"
-HOST = "127.0.0.1"
+HOST = HARNESS
 
 # Sentinel: a primary that does not answer for 1 s is down; a failover may restart after
 # twice the failover timeout, so this bounds how often one can follow another.
@@ -43,12 +46,14 @@ class Node:
     config: list[str]
     sentinel: bool = False
     shifted_clock: bool = False
+    # Its own loopback address, which it binds and sends from (see network.py).
+    host: str = HOST
     proc: subprocess.Popen | None = None
     pids: list[int] = field(default_factory=list)
 
     @property
     def addr(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def conf_path(self) -> Path:
@@ -89,7 +94,7 @@ class Node:
 
     def client(self, timeout: float = 1.0) -> redis.Redis:
         return redis.Redis(
-            host=HOST,
+            host=self.host,
             port=self.port,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
@@ -161,10 +166,11 @@ def wait_until(probe, timeout: float, what: str, interval: float = 0.05):
         time.sleep(interval)
 
 
-def data_config(port: int, directory: Path, module: str, extra: list[str]) -> list[str]:
+def data_config(host: str, port: int, directory: Path, module: str, extra: list[str]) -> list[str]:
     return [
         f"port {port}",
-        f"bind {HOST}",
+        f"bind {host}",
+        f"bind-source-addr {host}",
         "protected-mode no",
         f"dir {directory}",
         "logfile server.log",
@@ -228,13 +234,15 @@ class Topology:
         for i in range(count):
             port = self.base_port + i
             directory = self.workdir / f"n{i}"
+            host = data_host(i)
             node = Node(
                 f"n{i}",
                 self.binary,
                 port,
                 directory,
-                data_config(port, directory, self.module, extra(i)),
+                data_config(host, port, directory, self.module, extra(i)),
                 shifted_clock=bool(CLOCKSHIFT_LIB) and i == clock_index,
+                host=host,
             )
             node.write_config()
             self.nodes.append(node)
@@ -257,12 +265,15 @@ class SentinelTopology(Topology):
         self.fresh_dir()
         primary_port = self.base_port
         self.start_data_nodes(
-            3, lambda i: [] if i == 0 else [f"replicaof {HOST} {primary_port}"], clock_index=2
+            3,
+            lambda i: [] if i == 0 else [f"replicaof {data_host(0)} {primary_port}"],
+            clock_index=2,
         )
         wait_until(lambda: leads(self.nodes[0], 2), 20, "replicas to sync")
         for i in range(3):
             port = self.base_port + 10 + i
             directory = self.workdir / f"s{i}"
+            host = sentinel_host(i)
             node = Node(
                 f"s{i}",
                 self.binary,
@@ -270,15 +281,18 @@ class SentinelTopology(Topology):
                 directory,
                 [
                     f"port {port}",
-                    f"bind {HOST}",
+                    f"bind {host}",
+                    f"bind-source-addr {host}",
+                    f"sentinel announce-ip {host}",
                     f"dir {directory}",
                     "logfile server.log",
-                    f"sentinel monitor {MASTER_NAME} {HOST} {primary_port} 2",
+                    f"sentinel monitor {MASTER_NAME} {data_host(0)} {primary_port} 2",
                     f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}",
                     f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}",
                     f"sentinel parallel-syncs {MASTER_NAME} 2",
                 ],
                 sentinel=True,
+                host=host,
             )
             node.write_config()
             self.sentinels.append(node)
@@ -297,7 +311,7 @@ class SentinelTopology(Topology):
             return False
 
     def sentinel_addrs(self) -> list[tuple[str, int]]:
-        return [(HOST, s.port) for s in self.sentinels]
+        return [(s.host, s.port) for s in self.sentinels]
 
     def shards(self) -> list[str]:
         return [MASTER_NAME]
@@ -358,7 +372,9 @@ class ClusterTopology(Topology):
             "cluster-allow-replica-migration no",
             "cluster-require-full-coverage no",
         ]
-        self.start_data_nodes(6, lambda _i: extra, clock_index=4)
+        self.start_data_nodes(
+            6, lambda i: [*extra, f"cluster-announce-ip {data_host(i)}"], clock_index=4
+        )
         masters, replicas = self.nodes[:3], self.nodes[3:]
         ranges = [(0, 5460), (5461, 10922), (10923, 16383)]
         for node, (lo, hi) in zip(masters, ranges):
@@ -366,7 +382,7 @@ class ClusterTopology(Topology):
                 conn.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
         for node in self.nodes[1:]:
             with node.client() as conn:
-                conn.execute_command("CLUSTER", "MEET", HOST, self.nodes[0].port)
+                conn.execute_command("CLUSTER", "MEET", self.nodes[0].host, self.nodes[0].port)
         wait_until(lambda: self._all_known(6), 20, "every node to know every other")
         for master, replica in zip(masters, replicas):
             master_id = self._my_id(master)
