@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import redis
 
+from .network import Filter
 from .topology import MASTER_NAME, Node, Topology, wait_until
 
 # How long a primary stays stopped, at most, when no failover follows.
@@ -24,6 +25,26 @@ FAILOVER_WAIT_S = 10.0
 # How long a killed primary stays down, at most, waiting for the failover.
 KILLED_WAIT_S = 30.0
 SETTLE_WAIT_S = 30.0
+# How long a partition that should cause a failover holds, at most, waiting for it.
+PARTITION_WAIT_S = 15.0
+# The kinds that cut links (see network.py); the run counts them as partitions.
+PARTITIONS = (
+    "partition_primary",
+    "partition_minority",
+    "partition_one_way",
+    "partition_replica",
+)
+NETWORK_FAULTS = (*PARTITIONS, "packet_loss")
+# Faults that may overlap one network fault or two, dealt together as an `overlap`.
+PROCESS_FAULTS = (
+    "pause_primary",
+    "kill_primary",
+    "manual_failover",
+    "client_pause",
+    "debug_sleep",
+    "pause_replica",
+    "kill_replica",
+)
 
 
 @dataclass
@@ -185,7 +206,9 @@ class Pauser(threading.Thread):
             proc = self.workers[name]
             if proc.poll() is not None:
                 continue
-            length = self.rng.uniform(1.6, 4.5)
+            # One pause in ten outlasts the longest ttl (a long job's 10 s).
+            long = self.rng.random() < 0.1
+            length = self.rng.uniform(10.5, 14.0) if long else self.rng.uniform(1.6, 4.5)
             with self.lock:
                 proc.send_signal(signal.SIGSTOP)
                 self.paused[name] = time.time() + length
@@ -195,7 +218,7 @@ class Pauser(threading.Thread):
                     "kind": "pause_worker",
                     "target": name,
                     "t0": time.time(),
-                    "detail": {"seconds": round(length, 3)},
+                    "detail": {"seconds": round(length, 3), "longer_than_ttls": long},
                 }
         self.resume_all()
 
@@ -212,7 +235,18 @@ class Nemesis(threading.Thread):
         "client_pause": 1,
         "debug_sleep": 1,
         "kill_sentinel": 1,
+        "kill_sentinels": 1,
         "clock_step": 1,
+        "clock_step_failover": 1,
+        "pause_replica": 1,
+        "kill_replica": 1,
+        "kill_rewrite": 1,
+        "partition_primary": 3,
+        "partition_minority": 2,
+        "partition_one_way": 2,
+        "partition_replica": 2,
+        "packet_loss": 1,
+        "overlap": 2,
     }
     QUIET_S: ClassVar[dict[str, tuple[float, float]]] = {
         "sentinel": (3.0, 6.0),
@@ -220,9 +254,18 @@ class Nemesis(threading.Thread):
     }
 
     def __init__(
-        self, topology: Topology, observer: Observer, log: Log, rng: random.Random, until: float
+        self,
+        topology: Topology,
+        observer: Observer,
+        log: Log,
+        rng: random.Random,
+        until: float,
+        net: Filter | None = None,
+        clients: list[str] = (),
     ):
         super().__init__(daemon=True)
+        self.net = net  # None: no network faults (nftables cannot filter here)
+        self.clients = list(clients)  # the workers' addresses
         self.topology = topology
         self.observer = observer
         self.log = log
@@ -232,6 +275,8 @@ class Nemesis(threading.Thread):
         self.deck: list[str] = []
 
     def fault(self, kind: str, target: str, t0: float, **detail) -> dict:
+        if threading.current_thread() is not self:
+            detail["overlap"] = True
         return self.log.add(
             {
                 "type": "fault",
@@ -335,6 +380,206 @@ class Nemesis(threading.Thread):
         shard_of = self.shard_of(clock_node)
         self.fault("clock_step", clock_node.addr, t0, offset_s=offset, shard=shard_of)
 
+    def replica(self, shard: str, primary: Node) -> Node:
+        return self.rng.choice(self.topology.replicas_of(shard, primary.addr))
+
+    def pause_replica(self, shard: str, node: Node) -> None:
+        """SIGSTOP a replica past the failure detector's timeout, then SIGCONT."""
+        replica = self.replica(shard, node)
+        seconds = round(self.rng.uniform(1.0, 4.0), 3)
+        t0 = time.time()
+        replica.signal(signal.SIGSTOP)
+        time.sleep(seconds)
+        replica.signal(signal.SIGCONT)
+        self.fault("pause_replica", replica.addr, t0, shard=shard, seconds=seconds)
+
+    def kill_replica(self, shard: str, node: Node) -> None:
+        """kill -9 a replica, and a restart from its own files a moment later."""
+        replica = self.replica(shard, node)
+        t0 = time.time()
+        pid = replica.kill()
+        time.sleep(self.rng.uniform(1.0, 4.0))
+        replica.start()
+        self.fault("kill_replica", replica.addr, t0, shard=shard, pid=pid)
+
+    def kill_rewrite(self, shard: str, node: Node) -> None:
+        """kill -9 a replica while it rewrites its AOF, and a restart from what the
+        rewrite left."""
+        replica = self.replica(shard, node)
+        t0 = time.time()
+        with replica.client(2.0) as conn:
+            conn.execute_command("BGREWRITEAOF")
+            time.sleep(self.rng.uniform(0.0, 0.05))
+            rewriting = bool(conn.info("persistence").get("aof_rewrite_in_progress"))
+        pid = replica.kill()
+        time.sleep(self.rng.uniform(0.5, 2.0))
+        replica.start()
+        self.fault("kill_rewrite", replica.addr, t0, shard=shard, pid=pid, rewriting=rewriting)
+
+    def kill_sentinels(self, shard: str, node: Node) -> None:
+        """A majority of the Sentinels killed at once: no failover can be agreed."""
+        victims = self.rng.sample(self.topology.sentinels, 2)
+        t0 = time.time()
+        pids = [s.kill() for s in victims if s.alive()]
+        time.sleep(self.rng.uniform(2.0, 5.0))
+        for s in victims:
+            s.start()
+        self.fault("kill_sentinels", ",".join(s.addr for s in victims), t0, pids=pids)
+
+    def clock_step_failover(self, shard: str, node: Node) -> None:
+        """The stepped clock's node, a replica, is stepped and then made primary: its
+        clock judges every deadline granted by the old one."""
+        clock_node = self.topology.clock_node()
+        clock_shard = self.shard_of(clock_node)
+        primary = self.primary_node(clock_shard)
+        if primary is None or primary is clock_node:
+            self.clock_step(shard, node)
+            return
+        offset = round(self.rng.choice((1, -1)) * self.rng.uniform(1.0, 3.0), 3)
+        t0 = time.time()
+        clock_node.set_clock(offset)
+        time.sleep(self.rng.uniform(0.5, 1.5))
+        if self.topology.kind == "sentinel":
+            # Sentinel picks the replica itself: the other one is made ineligible.
+            others = [n for n in self.topology.replicas_of(clock_shard, primary.addr)]
+            others = [n for n in others if n is not clock_node]
+            for other in others:
+                with other.client(2.0) as conn:
+                    conn.execute_command("CONFIG", "SET", "replica-priority", 0)
+            try:
+                sentinel = self.rng.choice([s for s in self.topology.sentinels if s.alive()])
+                with sentinel.client(2.0) as conn:
+                    conn.execute_command("SENTINEL", "FAILOVER", MASTER_NAME)
+                failed_over = self.wait_failover(clock_shard, primary.addr)
+            finally:
+                for other in others:
+                    with other.client(2.0) as conn:
+                        conn.execute_command("CONFIG", "SET", "replica-priority", 100)
+        else:
+            with clock_node.client(2.0) as conn:
+                conn.execute_command("CLUSTER", "FAILOVER")
+            failed_over = self.wait_failover(clock_shard, primary.addr)
+        promoted = self.observer.primary(clock_shard) == clock_node.addr
+        time.sleep(self.rng.uniform(1.0, 3.0))
+        clock_node.set_clock(0)
+        self.fault(
+            "clock_step_failover",
+            clock_node.addr,
+            t0,
+            offset_s=offset,
+            shard=clock_shard,
+            failed_over=failed_over,
+            promoted=promoted,
+        )
+
+    # --- network faults (network.py) ---------------------------------------
+    def everyone_but(self, *nodes: Node) -> list[str]:
+        return [n.host for n in self.topology.all_processes() if n not in nodes]
+
+    def split_clients(self) -> tuple[list[str], list[str]]:
+        """The workers' addresses in two: about a third with the minority."""
+        clients = list(self.clients)
+        self.rng.shuffle(clients)
+        near = max(1, len(clients) // 3)
+        return clients[:near], clients[near:]
+
+    def _partition(self, kind: str, shard: str, node: Node, side_a: list[Node], **detail):
+        """`side_a` (with `node`, the primary) and a third of the workers cut off from
+        everything else, until a failover elsewhere, then a moment more of both sides
+        serving, then healed."""
+        near, far = self.split_clients()
+        a_hosts = [n.host for n in side_a] + near
+        b_hosts = self.everyone_but(*side_a) + far
+        t0 = time.time()
+        handles = self.net.split(a_hosts, b_hosts)
+        try:
+            failed_over = self.wait_failover(shard, node.addr, PARTITION_WAIT_S)
+            time.sleep(self.rng.uniform(0.5, 2.0))
+        finally:
+            self.net.heal(handles)
+        self.fault(
+            kind,
+            node.addr,
+            t0,
+            shard=shard,
+            side_a=a_hosts,
+            side_b=b_hosts,
+            failed_over=failed_over,
+            **detail,
+        )
+
+    def partition_primary(self, shard: str, node: Node) -> None:
+        """The classic split brain: the primary and some workers on one side, its
+        replicas, the Sentinels (or every other cluster node) and the other workers on
+        the other."""
+        self._partition("partition_primary", shard, node, [node])
+
+    def partition_minority(self, shard: str, node: Node) -> None:
+        """Sentinels, or cluster nodes, split into a minority and a majority: the primary
+        with one Sentinel (or with one other cluster node) on the minority side."""
+        if self.topology.kind == "sentinel":
+            extra = self.rng.choice(self.topology.sentinels)
+        else:
+            extra = self.rng.choice([n for n in self.topology.nodes if n is not node])
+        self._partition("partition_minority", shard, node, [node, extra])
+
+    def partition_one_way(self, shard: str, node: Node) -> None:
+        """Packets from the primary to everyone else dropped, or from everyone else to
+        it; the other way still flows (TCP then stalls both ways on its connections)."""
+        outgoing = self.rng.random() < 0.5
+        others = self.everyone_but(node) + self.clients
+        seconds = round(self.rng.uniform(2.0, 6.0), 3)
+        t0 = time.time()
+        if outgoing:
+            handles = self.net.cut([node.host], others)
+        else:
+            handles = self.net.cut(others, [node.host])
+        try:
+            time.sleep(seconds)
+        finally:
+            self.net.heal(handles)
+        direction = "from" if outgoing else "to"
+        self.fault("partition_one_way", node.addr, t0, shard=shard, direction=direction)
+
+    def partition_replica(self, shard: str, node: Node) -> None:
+        """A replica cut off from every other process and every worker."""
+        replica = self.replica(shard, node)
+        seconds = round(self.rng.uniform(2.0, 6.0), 3)
+        t0 = time.time()
+        handles = self.net.split([replica.host], self.everyone_but(replica) + self.clients)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.net.heal(handles)
+        self.fault("partition_replica", replica.addr, t0, shard=shard, seconds=seconds)
+
+    def packet_loss(self, shard: str, node: Node) -> None:
+        """A share of the packets to and from the primary dropped at random."""
+        pct = self.rng.randint(10, 40)
+        seconds = round(self.rng.uniform(3.0, 8.0), 3)
+        t0 = time.time()
+        handles = self.net.split([node.host], self.everyone_but(node) + self.clients, pct)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.net.heal(handles)
+        self.fault("packet_loss", node.addr, t0, shard=shard, percent=pct, seconds=seconds)
+
+    def overlap(self, shard: str, node: Node) -> None:
+        """A fault on a process and one or two network faults, at once."""
+        kinds = [self.rng.choice(self.applicable(PROCESS_FAULTS))]
+        kinds += self.rng.sample(self.applicable(NETWORK_FAULTS), self.rng.randint(1, 2))
+        t0 = time.time()
+        threads = []
+        for kind in kinds:
+            thread = threading.Thread(target=self.attempt, args=(kind, shard, node), daemon=True)
+            thread.start()
+            threads.append(thread)
+            time.sleep(self.rng.uniform(0.0, 1.0))
+        for thread in threads:
+            thread.join()
+        self.fault("overlap", node.addr, t0, shard=shard, kinds=kinds)
+
     def shard_of(self, node: Node) -> str:
         shards = self.topology.shards()
         if len(shards) == 1:
@@ -342,16 +587,43 @@ class Nemesis(threading.Thread):
         return shards[self.topology.nodes.index(node) % len(shards)]
 
     # --- the loop -----------------------------------------------------------
+    def applicable(self, kinds) -> list[str]:
+        """Those of `kinds` this configuration can inject."""
+        out = []
+        for kind in kinds:
+            if kind in ("kill_sentinel", "kill_sentinels") and self.topology.kind != "sentinel":
+                continue
+            if kind.startswith("clock_step") and self.topology.clock_node() is None:
+                continue
+            if (kind in NETWORK_FAULTS or kind == "overlap") and self.net is None:
+                continue
+            out.append(kind)
+        return out
+
     def choose(self) -> str:
         if not self.deck:
-            kinds = dict(self.DECK)
-            if self.topology.kind != "sentinel":
-                kinds.pop("kill_sentinel")
-            if self.topology.clock_node() is None:
-                kinds.pop("clock_step")
-            self.deck = [kind for kind, count in kinds.items() for _ in range(count)]
+            kinds = self.applicable(self.DECK)
+            self.deck = [kind for kind in kinds for _ in range(self.DECK[kind])]
             self.rng.shuffle(self.deck)
         return self.deck.pop()
+
+    def attempt(self, kind: str, shard: str, node: Node) -> None:
+        """One fault; its own command failing (the node changed role meanwhile) is logged
+        as not injected, anything else fails the run."""
+        try:
+            getattr(self, kind)(shard, node)
+        except redis.RedisError as err:
+            self.log.add(
+                {
+                    "type": "fault_skipped",
+                    "proc": "nemesis",
+                    "kind": kind,
+                    "t": time.time(),
+                    "error": str(err),
+                }
+            )
+        except Exception as err:  # noqa: BLE001 - the run reports it and fails
+            self.error = err
 
     def run(self) -> None:
         try:
@@ -369,20 +641,8 @@ class Nemesis(threading.Thread):
                 node = self.primary_node(shard)
                 if node is None or not node.alive():
                     continue
-                kind = self.choose()
-                try:
-                    getattr(self, kind)(shard, node)
-                except redis.RedisError as err:
-                    # The fault's own command failed (the node changed role meanwhile):
-                    # logged as not injected.
-                    self.log.add(
-                        {
-                            "type": "fault_skipped",
-                            "proc": "nemesis",
-                            "kind": kind,
-                            "t": time.time(),
-                            "error": str(err),
-                        }
-                    )
+                self.attempt(self.choose(), shard, node)
+                if self.error is not None:
+                    return
         except Exception as err:  # noqa: BLE001 - the run reports it and fails
             self.error = err

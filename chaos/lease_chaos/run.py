@@ -23,7 +23,7 @@ from redis.cluster import key_slot
 
 from . import checker, report
 from .nemesis import Log, Nemesis, NodeWatcher, Observer, Pauser
-from .network import worker_host
+from .network import Filter, worker_host
 from .topology import SERVERS, ClusterTopology, SentinelTopology, Topology, server_binary
 
 TOPOLOGIES = {"sentinel": SentinelTopology, "cluster": ClusterTopology}
@@ -124,6 +124,19 @@ def self_check(topology: Topology) -> list[str]:
     return problems
 
 
+def network_filter(log: Log) -> Filter | None:
+    """The run's nftables table, or None (and why, in the history) when nftables cannot
+    filter here: then the deck holds no network fault."""
+    net = Filter()
+    try:
+        net.setup()
+    except (OSError, RuntimeError) as err:
+        print(f"no network faults: {err}", flush=True)
+        log.add({"type": "no_network_faults", "proc": "run", "t": time.time(), "error": str(err)})
+        return None
+    return net
+
+
 def plant(topology: Topology, what: str, rng: random.Random) -> dict:
     """``LEASE.DEBUG CORRUPT <what>`` on one data node, chosen at random, once the faults
     are over: a fault-injection build breaks one of its own structures the way a bug
@@ -173,6 +186,7 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
     # Faults of the harness itself (a worker that crashed): the run fails on any.
     failed: list[str] = []
     observer = watcher = None
+    net = network_filter(log)
     try:
         topology.start()
         directory.mkdir(parents=True, exist_ok=True)
@@ -213,7 +227,15 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
                 cwd=Path(__file__).resolve().parent.parent,
             )
         pauser = Pauser(workers, log, random.Random(rng.getrandbits(32)), until)
-        nemesis = Nemesis(topology, observer, log, random.Random(rng.getrandbits(32)), until)
+        nemesis = Nemesis(
+            topology,
+            observer,
+            log,
+            random.Random(rng.getrandbits(32)),
+            until,
+            net,
+            [worker_host(i) for i in range(args.workers)],
+        )
         pauser.start()
         nemesis.start()
         nemesis.join()
@@ -255,6 +277,8 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
                 proc.wait()
         crashes = topology.crash_lines()
         topology.stop()
+        if net is not None:
+            net.teardown()
     events = [
         {
             "type": "run",
@@ -330,6 +354,9 @@ def main(argv=None) -> int:
         "--expect-failovers", type=int, default=0, help="fail unless at least this many, in all"
     )
     parser.add_argument(
+        "--expect-partitions", type=int, default=0, help="fail unless this many partitions"
+    )
+    parser.add_argument(
         "--expect-pauses", type=int, default=0, help="fail unless this many worker pauses"
     )
     parser.add_argument(
@@ -372,8 +399,15 @@ def main(argv=None) -> int:
     violations = sum(len(r.violations) for _, r in results)
     failovers = sum(r.counts["failovers"] for _, r in results)
     pauses = sum(r.counts["faults_pause_worker"] for _, r in results)
-    print(f"violations: {violations}, failovers: {failovers}, worker pauses: {pauses}", flush=True)
+    partitions = sum(r.counts["partitions"] for _, r in results)
+    print(
+        f"violations: {violations}, failovers: {failovers}, partitions: {partitions}, "
+        f"worker pauses: {pauses}",
+        flush=True,
+    )
     short = []
+    if partitions < args.expect_partitions:
+        short.append(f"{partitions} partitions, fewer than the {args.expect_partitions} expected")
     if failovers < args.expect_failovers:
         short.append(f"{failovers} failovers, fewer than the {args.expect_failovers} expected")
     if pauses < args.expect_pauses:
