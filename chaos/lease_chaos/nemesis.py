@@ -483,17 +483,23 @@ class Nemesis(threading.Thread):
         near = max(1, len(clients) // 3)
         return clients[:near], clients[near:]
 
-    def _partition(self, kind: str, shard: str, node: Node, side_a: list[Node], **detail):
+    def _partition(
+        self, kind: str, shard: str, node: Node, side_a: list[Node], failover: bool = True
+    ):
         """`side_a` (with `node`, the primary) and a third of the workers cut off from
-        everything else, until a failover elsewhere, then a moment more of both sides
-        serving, then healed."""
+        everything else, until a failover elsewhere (when the other side can fail over),
+        then a moment more of both sides serving, then healed."""
         near, far = self.split_clients()
         a_hosts = [n.host for n in side_a] + near
         b_hosts = self.everyone_but(*side_a) + far
         t0 = time.time()
         handles = self.net.split(a_hosts, b_hosts)
         try:
-            failed_over = self.wait_failover(shard, node.addr, PARTITION_WAIT_S)
+            if failover:
+                failed_over = self.wait_failover(shard, node.addr, PARTITION_WAIT_S)
+            else:
+                time.sleep(self.rng.uniform(3.0, 8.0))
+                failed_over = self.observer.primary(shard) != node.addr
             time.sleep(self.rng.uniform(0.5, 2.0))
         finally:
             self.net.heal(handles)
@@ -505,7 +511,6 @@ class Nemesis(threading.Thread):
             side_a=a_hosts,
             side_b=b_hosts,
             failed_over=failed_over,
-            **detail,
         )
 
     def partition_primary(self, shard: str, node: Node) -> None:
@@ -516,12 +521,18 @@ class Nemesis(threading.Thread):
 
     def partition_minority(self, shard: str, node: Node) -> None:
         """Sentinels, or cluster nodes, split into a minority and a majority: the primary
-        with one Sentinel (or with one other cluster node) on the minority side."""
+        with one Sentinel (or with one other cluster node) on the minority side. The
+        majority fails the primary over unless it lacks the primary's replica, or (in a
+        cluster) a majority of the masters."""
         if self.topology.kind == "sentinel":
             extra = self.rng.choice(self.topology.sentinels)
+            failover = True
         else:
             extra = self.rng.choice([n for n in self.topology.nodes if n is not node])
-        self._partition("partition_minority", shard, node, [node, extra])
+            masters = {addr for addr, _ in self.topology.primaries().values()}
+            ours = self.topology.replicas_of(shard, node.addr)
+            failover = extra.addr not in masters and extra not in ours
+        self._partition("partition_minority", shard, node, [node, extra], failover)
 
     def partition_one_way(self, shard: str, node: Node) -> None:
         """Packets from the primary to everyone else dropped, or from everyone else to
