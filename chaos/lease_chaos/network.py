@@ -20,16 +20,23 @@ import redis.connection
 HARNESS = "127.0.0.1"
 
 
-def data_host(i: int) -> str:
-    return f"127.0.2.{i + 1}"
+def host(base_port: int, role: int, i: int) -> str:
+    """The address of process `i` of a role (2: data node, 3: Sentinel, 4: worker) in
+    the configuration whose ports start at `base_port`: 127.<its hundred of ports>.<role>.
+    <i + 1>, so runs on other ports never share an address, nor a cut."""
+    return f"127.{base_port // 100 % 256}.{role}.{i + 1}"
 
 
-def sentinel_host(i: int) -> str:
-    return f"127.0.3.{i + 1}"
+def data_host(base_port: int, i: int) -> str:
+    return host(base_port, 2, i)
 
 
-def worker_host(i: int) -> str:
-    return f"127.0.4.{i + 1}"
+def sentinel_host(base_port: int, i: int) -> str:
+    return host(base_port, 3, i)
+
+
+def worker_host(base_port: int, i: int) -> str:
+    return host(base_port, 4, i)
 
 
 def leave_from(source: str) -> None:

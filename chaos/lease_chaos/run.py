@@ -120,7 +120,7 @@ def self_check(topology: Topology) -> list[str]:
                 last = str(e)
                 time.sleep(0.2)
         if last:
-            problems.append(f"LEASE.DEBUG CHECK on {node.port}: {last}")
+            problems.append(f"LEASE.DEBUG CHECK on {node.addr}: {last}")
     return problems
 
 
@@ -220,7 +220,7 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
                 "seed": rng.getrandbits(32),
                 "replicas": topology.replicas_per_primary,
                 "careful": i % 2 == 0,
-                "source": worker_host(i),
+                "source": worker_host(topology.base_port, i),
             }
             workers[f"w{i}"] = subprocess.Popen(
                 [sys.executable, "-m", "lease_chaos.worker", json.dumps(config)],
@@ -234,7 +234,7 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
             random.Random(rng.getrandbits(32)),
             until,
             net,
-            [worker_host(i) for i in range(args.workers)],
+            [worker_host(topology.base_port, i) for i in range(args.workers)],
         )
         pauser.start()
         nemesis.start()

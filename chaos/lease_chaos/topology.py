@@ -234,7 +234,7 @@ class Topology:
         for i in range(count):
             port = self.base_port + i
             directory = self.workdir / f"n{i}"
-            host = data_host(i)
+            host = data_host(self.base_port, i)
             node = Node(
                 f"n{i}",
                 self.binary,
@@ -266,14 +266,16 @@ class SentinelTopology(Topology):
         primary_port = self.base_port
         self.start_data_nodes(
             3,
-            lambda i: [] if i == 0 else [f"replicaof {data_host(0)} {primary_port}"],
+            lambda i: (
+                [] if i == 0 else [f"replicaof {data_host(self.base_port, 0)} {primary_port}"]
+            ),
             clock_index=2,
         )
         wait_until(lambda: leads(self.nodes[0], 2), 20, "replicas to sync")
         for i in range(3):
             port = self.base_port + 10 + i
             directory = self.workdir / f"s{i}"
-            host = sentinel_host(i)
+            host = sentinel_host(self.base_port, i)
             node = Node(
                 f"s{i}",
                 self.binary,
@@ -286,7 +288,7 @@ class SentinelTopology(Topology):
                     f"sentinel announce-ip {host}",
                     f"dir {directory}",
                     "logfile server.log",
-                    f"sentinel monitor {MASTER_NAME} {data_host(0)} {primary_port} 2",
+                    f"sentinel monitor {MASTER_NAME} {data_host(self.base_port, 0)} {primary_port} 2",
                     f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}",
                     f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}",
                     f"sentinel parallel-syncs {MASTER_NAME} 2",
@@ -373,7 +375,9 @@ class ClusterTopology(Topology):
             "cluster-require-full-coverage no",
         ]
         self.start_data_nodes(
-            6, lambda i: [*extra, f"cluster-announce-ip {data_host(i)}"], clock_index=4
+            6,
+            lambda i: [*extra, f"cluster-announce-ip {data_host(self.base_port, i)}"],
+            clock_index=4,
         )
         masters, replicas = self.nodes[:3], self.nodes[3:]
         ranges = [(0, 5460), (5461, 10922), (10923, 16383)]
