@@ -51,6 +51,8 @@ FAULT_KINDS = (
     "pause_replica",
     "kill_replica",
     "kill_rewrite",
+    "disk_full",
+    "fsync_fail",
     "partition_primary",
     "partition_minority",
     "partition_one_way",

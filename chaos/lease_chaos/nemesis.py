@@ -8,6 +8,7 @@ would bring back data the failover superseded. Worker pauses run beside them.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import threading
@@ -18,7 +19,7 @@ from typing import ClassVar
 import redis
 
 from .network import Filter
-from .topology import MASTER_NAME, Node, Topology, wait_until
+from .topology import FSYNCFAIL_LIB, MASTER_NAME, Node, Topology, wait_until
 
 # How long a primary stays stopped, at most, when no failover follows.
 FAILOVER_WAIT_S = 10.0
@@ -44,6 +45,8 @@ PROCESS_FAULTS = (
     "debug_sleep",
     "pause_replica",
     "kill_replica",
+    "disk_full",
+    "fsync_fail",
 )
 
 
@@ -241,6 +244,8 @@ class Nemesis(threading.Thread):
         "pause_replica": 1,
         "kill_replica": 1,
         "kill_rewrite": 1,
+        "disk_full": 1,
+        "fsync_fail": 1,
         "partition_primary": 3,
         "partition_minority": 2,
         "partition_one_way": 2,
@@ -472,6 +477,44 @@ class Nemesis(threading.Thread):
             promoted=promoted,
         )
 
+    # --- disk faults ---------------------------------------------------------
+    def aof_failing(self, node: Node) -> bool:
+        """Whether the node says its last AOF write or fsync failed."""
+        try:
+            with node.client(1.0) as conn:
+                return conn.info("persistence").get("aof_last_write_status") == "err"
+        except redis.RedisError:
+            return False
+
+    def disk_full(self, shard: str, node: Node) -> None:
+        """The primary's data folder (a tmpfs of its own) filled to the last byte for a
+        few seconds: its AOF writes fail and it refuses writes until they succeed."""
+        filler = node.data_dir / "filler"
+        seconds = round(self.rng.uniform(2.0, 6.0), 3)
+        t0 = time.time()
+        fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
+        try:
+            free = os.statvfs(node.data_dir)
+            os.posix_fallocate(fd, 0, free.f_bavail * free.f_frsize)
+            time.sleep(seconds)
+            failing = self.aof_failing(node)
+        finally:
+            os.close(fd)
+            filler.unlink()
+        self.fault("disk_full", node.addr, t0, shard=shard, seconds=seconds, aof_failed=failing)
+
+    def fsync_fail(self, shard: str, node: Node) -> None:
+        """The primary's fsync() fails with EIO for a few seconds (chaos/fsyncfail.c)."""
+        seconds = round(self.rng.uniform(2.0, 6.0), 3)
+        t0 = time.time()
+        node.fsync_fail_file.touch()
+        try:
+            time.sleep(seconds)
+            failing = self.aof_failing(node)
+        finally:
+            node.fsync_fail_file.unlink()
+        self.fault("fsync_fail", node.addr, t0, shard=shard, seconds=seconds, aof_failed=failing)
+
     # --- network faults (network.py) ---------------------------------------
     def everyone_but(self, *nodes: Node) -> list[str]:
         return [n.host for n in self.topology.all_processes() if n not in nodes]
@@ -607,6 +650,10 @@ class Nemesis(threading.Thread):
             if kind.startswith("clock_step") and self.topology.clock_node() is None:
                 continue
             if (kind in NETWORK_FAULTS or kind == "overlap") and self.net is None:
+                continue
+            if kind == "disk_full" and not all(n.own_disk for n in self.topology.nodes):
+                continue
+            if kind == "fsync_fail" and not FSYNCFAIL_LIB:
                 continue
             out.append(kind)
         return out

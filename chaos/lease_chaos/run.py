@@ -379,7 +379,8 @@ def main(argv=None) -> int:
         parser.error("--workers must be at least 1")
     configs = [(s, k) for s in servers for k in kinds]
     each = total / len(configs)
-    out = args.out / time.strftime("%Y%m%d-%H%M%S")
+    # Absolute: each server runs in its own folder and is given paths below this one.
+    out = args.out.resolve() / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     print(f"scripts/chaos: seed {args.seed}, output in {out}", flush=True)
     results, histories, harness = [], [], []

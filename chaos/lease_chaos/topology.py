@@ -24,6 +24,10 @@ from .network import HARNESS, data_host, sentinel_host
 
 # Built by scripts/chaos from chaos/clockshift.c; steps one node's wall clock.
 CLOCKSHIFT_LIB = os.environ.get("CHAOS_CLOCKSHIFT", "")
+# Built by scripts/chaos from chaos/fsyncfail.c; makes one node's fsync fail.
+FSYNCFAIL_LIB = os.environ.get("CHAOS_FSYNCFAIL", "")
+# The size of each data node's tmpfs, when it can have one: the AOF of a run is a few MB.
+DISK_MB = 64
 MASTER_NAME = "mymaster"
 HOST = HARNESS
 
@@ -46,6 +50,8 @@ class Node:
     config: list[str]
     sentinel: bool = False
     shifted_clock: bool = False
+    # Its data folder is a tmpfs of its own, which the nemesis may fill.
+    own_disk: bool = False
     # Its own loopback address, which it binds and sends from (see network.py).
     host: str = HOST
     proc: subprocess.Popen | None = None
@@ -71,13 +77,29 @@ class Node:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.conf_path.write_text("\n".join(self.config) + "\n")
 
+    @property
+    def data_dir(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def fsync_fail_file(self) -> Path:
+        """While it exists, the server's fsync() fails (see chaos/fsyncfail.c)."""
+        return self.dir / "fsync-fails"
+
     def start(self) -> None:
         """Starts the process from its config file (which Sentinel may have rewritten)."""
         env = dict(os.environ)
+        preload = []
         if self.shifted_clock:
             if not self.clock_file.exists():
                 self.clock_file.write_text("0\n")
-            env.update(LD_PRELOAD=CLOCKSHIFT_LIB, CLOCKSHIFT_FILE=str(self.clock_file))
+            preload.append(CLOCKSHIFT_LIB)
+            env.update(CLOCKSHIFT_FILE=str(self.clock_file))
+        if FSYNCFAIL_LIB and not self.sentinel:
+            preload.append(FSYNCFAIL_LIB)
+            env.update(FSYNCFAIL_FILE=str(self.fsync_fail_file))
+        if preload:
+            env.update(LD_PRELOAD=" ".join(preload))
         args = [self.binary, str(self.conf_path)]
         if self.sentinel:
             args.append("--sentinel")
@@ -149,6 +171,28 @@ class Node:
         return abs(seconds + micros / 1e6 - time.time() - offset_s) < 0.05
 
 
+def mount_tmpfs(path: Path, size_mb: int) -> bool:
+    """Mounts a tmpfs of `size_mb` on `path`; False when this machine does not let us."""
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def unmount(path: Path) -> None:
+    subprocess.run(["umount", str(path)], capture_output=True, check=False)
+
+
+def mounts_under(folder: Path) -> list[Path]:
+    """Mount points below `folder` (left by a run that was killed)."""
+    prefix = str(folder.resolve()) + "/"
+    with open("/proc/mounts") as f:
+        points = [line.split()[1] for line in f]
+    return [Path(p) for p in points if p.startswith(prefix)]
+
+
 def no_retry() -> Retry:
     """redis-py retries a command that timed out (ten times, from 6.0): one call must be
     one attempt, so a stopped server costs one timeout and a history shows what was sent."""
@@ -172,8 +216,10 @@ def data_config(host: str, port: int, directory: Path, module: str, extra: list[
         f"bind {host}",
         f"bind-source-addr {host}",
         "protected-mode no",
-        f"dir {directory}",
-        "logfile server.log",
+        # The data (the AOF) in a folder of its own, which may be a small tmpfs that the
+        # nemesis fills; the config, the log and the cluster's node table stay outside it.
+        f"dir {directory / 'data'}",
+        f"logfile {directory / 'server.log'}",
         f"loadmodule {module}",
         "enable-debug-command yes",
         "save ''",
@@ -215,6 +261,10 @@ class Topology:
     def stop(self) -> None:
         for node in self.all_processes():
             node.stop()
+        for node in self.nodes:
+            if node.own_disk:
+                unmount(node.data_dir)
+                node.own_disk = False
 
     def crash_lines(self) -> list[tuple[str, str]]:
         """Lines of a crash report in any data node's log."""
@@ -245,11 +295,15 @@ class Topology:
                 host=host,
             )
             node.write_config()
+            node.data_dir.mkdir()
+            node.own_disk = mount_tmpfs(node.data_dir, DISK_MB)
             self.nodes.append(node)
         for node in self.nodes:
             node.start()
 
     def fresh_dir(self) -> None:
+        for path in mounts_under(self.workdir):
+            unmount(path)
         if self.workdir.exists():
             shutil.rmtree(self.workdir)
         self.workdir.mkdir(parents=True)
@@ -367,7 +421,6 @@ class ClusterTopology(Topology):
         self.fresh_dir()
         extra = [
             "cluster-enabled yes",
-            "cluster-config-file nodes.conf",
             f"cluster-node-timeout {NODE_TIMEOUT_MS}",
             # A replica is always eligible: the test wants failovers to happen.
             "cluster-replica-validity-factor 0",
@@ -376,7 +429,11 @@ class ClusterTopology(Topology):
         ]
         self.start_data_nodes(
             6,
-            lambda i: [*extra, f"cluster-announce-ip {data_host(self.base_port, i)}"],
+            lambda i: [
+                *extra,
+                f"cluster-announce-ip {data_host(self.base_port, i)}",
+                f"cluster-config-file {self.workdir / f'n{i}' / 'nodes.conf'}",
+            ],
             clock_index=4,
         )
         masters, replicas = self.nodes[:3], self.nodes[3:]
