@@ -59,6 +59,7 @@ FAULT_KINDS = (
     "partition_replica",
     "packet_loss",
     "overlap",
+    "migrate_slot",
 )
 # Faults that cut links between processes (packet loss is not counted as one).
 PARTITION_KINDS = frozenset(k for k in FAULT_KINDS if k.startswith("partition_"))

@@ -252,6 +252,7 @@ class Nemesis(threading.Thread):
         "partition_replica": 2,
         "packet_loss": 1,
         "overlap": 2,
+        "migrate_slot": 2,
     }
     QUIET_S: ClassVar[dict[str, tuple[float, float]]] = {
         "sentinel": (3.0, 6.0),
@@ -267,8 +268,10 @@ class Nemesis(threading.Thread):
         until: float,
         net: Filter | None = None,
         clients: list[str] = (),
+        slots: list[int] = (),
     ):
         super().__init__(daemon=True)
+        self.slots = list(slots)  # the contended leases' slots (a cluster's)
         self.net = net  # None: no network faults (nftables cannot filter here)
         self.clients = list(clients)  # the workers' addresses
         self.topology = topology
@@ -515,6 +518,38 @@ class Nemesis(threading.Thread):
             node.fsync_fail_file.unlink()
         self.fault("fsync_fail", node.addr, t0, shard=shard, seconds=seconds, aof_failed=failing)
 
+    # --- slot migration (a cluster's) ---------------------------------------
+    def migrate_slot(self, shard: str, node: Node) -> None:
+        """The slot of a contended lease, with its resource, log and the holds bound in
+        it, moved from its master to another while workers hold leases there, then moved
+        back: `MIGRATE` in batches, or Valkey 9's atomic `CLUSTER MIGRATESLOTS` where the
+        server has it (half the time)."""
+        owner = {addr: [] for _, (addr, _) in self.topology.primaries().items()}
+        for lo, hi, addr in self.topology.slot_map():
+            for slot in self.slots:
+                if lo <= slot <= hi and addr in owner:
+                    owner[addr].append(slot)
+        source = node
+        slot = self.rng.choice(owner.get(node.addr) or self.slots)
+        others = [a for a in owner if a != source.addr]
+        target = self.topology.node_by_addr(self.rng.choice(others))
+        atomic = self.topology.can_migrate_atomically() and self.rng.random() < 0.5
+        t0 = time.time()
+        moved = self.topology.move_slot(slot, source, target, atomic)
+        time.sleep(self.rng.uniform(1.0, 4.0))
+        back = self.topology.move_slot(slot, target, source, atomic)
+        self.fault(
+            "migrate_slot",
+            source.addr,
+            t0,
+            shard=shard,
+            slot=slot,
+            to=target.addr,
+            atomic=atomic,
+            keys_moved=moved,
+            keys_moved_back=back,
+        )
+
     # --- network faults (network.py) ---------------------------------------
     def everyone_but(self, *nodes: Node) -> list[str]:
         return [n.host for n in self.topology.all_processes() if n not in nodes]
@@ -654,6 +689,8 @@ class Nemesis(threading.Thread):
             if kind == "disk_full" and not all(n.own_disk for n in self.topology.nodes):
                 continue
             if kind == "fsync_fail" and not FSYNCFAIL_LIB:
+                continue
+            if kind == "migrate_slot" and not self.slots:
                 continue
             out.append(kind)
         return out

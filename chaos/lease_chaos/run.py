@@ -46,6 +46,16 @@ def tags_for(topology: Topology) -> list[str]:
     return tags
 
 
+def contended_slots(topology: Topology, tags: list[str]) -> list[int]:
+    """The slots of the contended leases, which the nemesis may migrate (a cluster's;
+    never a shard's first slot, by which the observer names the shard)."""
+    if topology.kind != "cluster":
+        return []
+    firsts = {int(s) for s in topology.shards()}
+    slots = {key_slot(f"lease:{{{tag}}}".encode()) for tag in tags}
+    return sorted(slots - firsts)
+
+
 def init_sqlite(path: Path, tags: list[str]) -> None:
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA journal_mode=WAL")
@@ -235,6 +245,7 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
             until,
             net,
             [worker_host(topology.base_port, i) for i in range(args.workers)],
+            contended_slots(topology, tags),
         )
         pauser.start()
         nemesis.start()

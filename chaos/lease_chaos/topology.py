@@ -529,6 +529,68 @@ class ClusterTopology(Topology):
                 return False
         return True
 
+    def can_migrate_atomically(self) -> bool:
+        """Whether the servers have Valkey 9's `CLUSTER MIGRATESLOTS`."""
+        try:
+            with self.nodes[0].client(1.0) as conn:
+                conn.execute_command("CLUSTER", "GETSLOTMIGRATIONS")
+            return True
+        except redis.RedisError:
+            return False
+
+    def move_slot(self, slot: int, source: Node, target: Node, atomic: bool) -> int:
+        """Moves `slot` from master `source` to master `target`; returns how many keys
+        it held. Waits for `target`'s replica to have them before it returns, so the
+        next fault's failover keeps them."""
+        with source.client(5.0) as conn:
+            count = int(conn.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot))
+        target_id = self._my_id(target)
+        if atomic:
+            with source.client(5.0) as conn:
+                conn.execute_command(
+                    "CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", slot, slot, "NODE", target_id
+                )
+            wait_until(
+                lambda: self._migration_done(source) and self._owner(slot) == target.addr,
+                20,
+                f"slot {slot} to move",
+            )
+        else:
+            with target.client(5.0) as conn:
+                conn.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", self._my_id(source))
+            with source.client(5.0) as conn:
+                conn.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+                while keys := conn.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 4):
+                    conn.execute_command(
+                        "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys
+                    )
+            for node in [target, source] + [n for n in self.nodes if n not in (target, source)]:
+                with node.client(5.0) as conn:
+                    try:
+                        conn.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+                    except redis.ResponseError:
+                        # A replica refuses SETSLOT: it learns from its master.
+                        pass
+        with target.client(2.0) as conn:
+            offset = conn.info("replication")["master_repl_offset"]
+        wait_until(lambda: leads(target, 1, offset), 10, f"{target.name}'s replica to catch up")
+        return count
+
+    def _owner(self, slot: int) -> str | None:
+        return next((a for lo, hi, a in self.slot_map() if lo <= slot <= hi), None)
+
+    def _migration_done(self, source: Node) -> bool:
+        with source.client(2.0) as conn:
+            jobs = conn.execute_command("CLUSTER", "GETSLOTMIGRATIONS")
+        if not jobs:
+            return False
+        last = jobs[-1]
+        fields = last if isinstance(last, dict) else dict(zip(last[::2], last[1::2]))
+        state = as_str(fields.get("state", ""))
+        if state in ("failed", "cancelled"):
+            raise redis.ResponseError(f"the slot migration {state}: {fields.get('message')}")
+        return state == "success"
+
     def slot_map(self) -> list[tuple[int, int, str]]:
         for node in self.nodes:
             if not node.alive():
@@ -542,8 +604,9 @@ class ClusterTopology(Topology):
         return []
 
 
-def leads(node: Node | None, replicas: int) -> bool:
-    """`node` is up, a primary, with `replicas` replicas online."""
+def leads(node: Node | None, replicas: int, offset: int = 0) -> bool:
+    """`node` is up, a primary, with `replicas` replicas online, each at replication
+    `offset` or past it."""
     if node is None or not node.alive():
         return False
     try:
@@ -555,6 +618,7 @@ def leads(node: Node | None, replicas: int) -> bool:
         info.get("role") == "master"
         and info.get("connected_slaves") == replicas
         and all(info.get(f"slave{i}", {}).get("state") == "online" for i in range(replicas))
+        and all(info.get(f"slave{i}", {}).get("offset", -1) >= offset for i in range(replicas))
     )
 
 
