@@ -8,6 +8,7 @@ would bring back data the failover superseded. Worker pauses run beside them.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -48,6 +49,20 @@ PROCESS_FAULTS = (
     "disk_full",
     "fsync_fail",
 )
+
+
+def fill(fd: int) -> None:
+    """Writes to `fd` until its file system is full to the last page (the server keeps
+    writing meanwhile, so a size measured first would be stale)."""
+    for chunk in (1 << 20, 4096):
+        block = bytes(chunk)
+        while True:
+            try:
+                os.write(fd, block)
+            except OSError as err:
+                if err.errno != errno.ENOSPC:
+                    raise
+                break
 
 
 @dataclass
@@ -341,8 +356,8 @@ class Nemesis(threading.Thread):
         node.start()
         self.fault("kill_primary", node.addr, t0, shard=shard, pid=pid, failed_over=failed_over)
 
-    def manual_failover(self, shard: str, node: Node) -> None:
-        t0 = time.time()
+    def failover(self, shard: str, node: Node) -> None:
+        """Asks for a failover of `node`, the primary of `shard`."""
         if self.topology.kind == "sentinel":
             sentinel = self.rng.choice([s for s in self.topology.sentinels if s.alive()])
             with sentinel.client(2.0) as conn:
@@ -351,6 +366,10 @@ class Nemesis(threading.Thread):
             replica = self.topology.replicas_of(shard, node.addr)[0]
             with replica.client(2.0) as conn:
                 conn.execute_command("CLUSTER", "FAILOVER")
+
+    def manual_failover(self, shard: str, node: Node) -> None:
+        t0 = time.time()
+        self.failover(shard, node)
         failed_over = self.wait_failover(shard, node.addr)
         self.fault("manual_failover", node.addr, t0, shard=shard, failed_over=failed_over)
 
@@ -497,8 +516,7 @@ class Nemesis(threading.Thread):
         t0 = time.time()
         fd = os.open(filler, os.O_CREAT | os.O_WRONLY, 0o600)
         try:
-            free = os.statvfs(node.data_dir)
-            os.posix_fallocate(fd, 0, free.f_bavail * free.f_frsize)
+            fill(fd)
             time.sleep(seconds)
             failing = self.aof_failing(node)
         finally:
@@ -516,7 +534,33 @@ class Nemesis(threading.Thread):
             failing = self.aof_failing(node)
         finally:
             node.fsync_fail_file.unlink()
-        self.fault("fsync_fail", node.addr, t0, shard=shard, seconds=seconds, aof_failed=failing)
+        # Redis 7.0, 8.2 and Valkey 9.1 alike refuse writes after a failed background
+        # fsync until one succeeds, and with writes refused under `everysec` none is
+        # tried: the primary stays read-only. The operator's way out is a failover; as a
+        # replica the node writes the new primary's stream, its fsync succeeds, and it
+        # takes writes again once promoted.
+        stuck = failing and not self.recovers(node, 3.0)
+        failed_over = False
+        if stuck:
+            self.failover(shard, node)
+            failed_over = self.wait_failover(shard, node.addr)
+        self.fault(
+            "fsync_fail",
+            node.addr,
+            t0,
+            shard=shard,
+            seconds=seconds,
+            aof_failed=failing,
+            stuck=stuck,
+            failed_over=failed_over,
+        )
+
+    def recovers(self, node: Node, within: float) -> bool:
+        try:
+            wait_until(lambda: not self.aof_failing(node), within, "the AOF to recover", 0.2)
+            return True
+        except TimeoutError:
+            return False
 
     # --- slot migration (a cluster's) ---------------------------------------
     def migrate_slot(self, shard: str, node: Node) -> None:
