@@ -63,8 +63,9 @@ FAULT_KINDS = (
 )
 # Faults that cut links between processes (packet loss is not counted as one).
 PARTITION_KINDS = frozenset(k for k in FAULT_KINDS if k.startswith("partition_"))
-# Faults that kill a data node, which then restarts from its own files.
-DATA_KILLS = frozenset({"kill_primary", "kill_replica", "kill_rewrite"})
+# Faults that kill a data node, which then restarts from its own files (`fsync_fail` when
+# the primary stays read-only after it).
+DATA_KILLS = frozenset({"kill_primary", "kill_replica", "kill_rewrite", "fsync_fail"})
 # Faults whose `pids` or `pid` are server exits they caused.
 KILLS = DATA_KILLS | {"kill_sentinel", "kill_sentinels"}
 # The observer polls, so a change of primary is logged a little after it happens: rule (c)
@@ -1138,7 +1139,7 @@ class _Resets:
 def _node_resets(h: _History) -> _Resets:
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for f in h.faults:
-        if f.get("kind") in DATA_KILLS:
+        if f.get("kind") in DATA_KILLS and killed_pids(f):
             spans[f.get("target")].append((start(f), end(f)))
     if h.node_states:
         last: dict[str, dict] = {}

@@ -37,7 +37,9 @@ PARTITIONS = (
     "partition_replica",
 )
 NETWORK_FAULTS = (*PARTITIONS, "packet_loss")
-# Faults that may overlap one network fault or two, dealt together as an `overlap`.
+# Faults that may overlap one network fault or two, dealt together as an `overlap`. Not
+# the disk faults: a node demoted while its AOF cannot be written panics as a replica
+# ("Replica was unable to write command to disk"), by the servers' design.
 PROCESS_FAULTS = (
     "pause_primary",
     "kill_primary",
@@ -46,8 +48,6 @@ PROCESS_FAULTS = (
     "debug_sleep",
     "pause_replica",
     "kill_replica",
-    "disk_full",
-    "fsync_fail",
 )
 
 
@@ -536,14 +536,15 @@ class Nemesis(threading.Thread):
             node.fsync_fail_file.unlink()
         # Redis 7.0, 8.2 and Valkey 9.1 alike refuse writes after a failed background
         # fsync until one succeeds, and with writes refused under `everysec` none is
-        # tried: the primary stays read-only. The operator's way out is a failover; as a
-        # replica the node writes the new primary's stream, its fsync succeeds, and it
-        # takes writes again once promoted.
+        # tried: the primary stays read-only, and demoted it would panic at the first
+        # write its new primary sends. The way out is a restart from its files: kill -9,
+        # a failover, then the restart, as for `kill_primary`.
         stuck = failing and not self.recovers(node, 3.0)
-        failed_over = False
+        pid = failed_over = None
         if stuck:
-            self.failover(shard, node)
-            failed_over = self.wait_failover(shard, node.addr)
+            pid = node.kill()
+            failed_over = self.wait_failover(shard, node.addr, KILLED_WAIT_S)
+            node.start()
         self.fault(
             "fsync_fail",
             node.addr,
@@ -552,6 +553,7 @@ class Nemesis(threading.Thread):
             seconds=seconds,
             aof_failed=failing,
             stuck=stuck,
+            pid=pid,
             failed_over=failed_over,
         )
 
