@@ -522,7 +522,37 @@ class Nemesis(threading.Thread):
         finally:
             os.close(fd)
             filler.unlink()
-        self.fault("disk_full", node.addr, t0, shard=shard, seconds=seconds, aof_failed=failing)
+        # A write cut short by the full disk can leave the AOF unloadable after a later
+        # kill -9 (Redis 7.0 refused to start from it, "Bad file format"): as an operator
+        # would, rewrite it once the disk has room again.
+        rewritten = self.rewrite_aof(node)
+        self.fault(
+            "disk_full",
+            node.addr,
+            t0,
+            shard=shard,
+            seconds=seconds,
+            aof_failed=failing,
+            aof_rewritten=rewritten,
+        )
+
+    def rewrite_aof(self, node: Node) -> bool:
+        """BGREWRITEAOF, and whether it finished within 10 s."""
+
+        def done() -> bool:
+            with node.client(2.0) as conn:
+                info = conn.info("persistence")
+            busy = info.get("aof_rewrite_in_progress") or info.get("aof_rewrite_scheduled")
+            return not busy and info.get("aof_last_bgrewrite_status") == "ok"
+
+        self.recovers(node, 3.0)
+        with node.client(2.0) as conn:
+            conn.execute_command("BGREWRITEAOF")
+        try:
+            wait_until(done, 10, "the AOF rewrite", 0.1)
+            return True
+        except TimeoutError:
+            return False
 
     def fsync_fail(self, shard: str, node: Node) -> None:
         """The primary's fsync() fails with EIO for a few seconds (chaos/fsyncfail.c)."""
