@@ -45,8 +45,29 @@ FAULT_KINDS = (
     "debug_sleep",
     "manual_failover",
     "kill_sentinel",
+    "kill_sentinels",
     "clock_step",
+    "clock_step_failover",
+    "pause_replica",
+    "kill_replica",
+    "kill_rewrite",
+    "disk_full",
+    "fsync_fail",
+    "partition_primary",
+    "partition_minority",
+    "partition_one_way",
+    "partition_replica",
+    "packet_loss",
+    "overlap",
+    "migrate_slot",
 )
+# Faults that cut links between processes (packet loss is not counted as one).
+PARTITION_KINDS = frozenset(k for k in FAULT_KINDS if k.startswith("partition_"))
+# Faults that kill a data node, which then restarts from its own files (`fsync_fail` when
+# the primary stays read-only after it).
+DATA_KILLS = frozenset({"kill_primary", "kill_replica", "kill_rewrite", "fsync_fail"})
+# Faults whose `pids` or `pid` are server exits they caused.
+KILLS = DATA_KILLS | {"kill_sentinel", "kill_sentinels"}
 # The observer polls, so a change of primary is logged a little after it happens: rule (c)
 # trusts a node's answer only when it was primary this long before and after it, and a
 # history without the nodes' own replication identities (format 1) takes a node's data as
@@ -81,6 +102,8 @@ COUNT_KEYS = (
     "stale_rejected_sqlite",
     "fenced_indeterminate",
     "failovers",
+    "partitions",
+    "worker_pauses_past_ttls",
     *(f"faults_{kind}" for kind in FAULT_KINDS),
     # (a)
     "a_entries_redis",
@@ -405,7 +428,7 @@ class _History:
         either way between the two moves it (a step back, then the correction forward,
         shortens every lease granted during the step)."""
         return any(
-            f.get("kind") == "clock_step"
+            f.get("kind") in ("clock_step", "clock_step_failover")
             and (f.get("detail") or {}).get("shard") == shard
             and (f.get("detail") or {}).get("offset_s", 0) != 0
             and start(f) <= t1
@@ -528,6 +551,8 @@ def _count_operations(h: _History, counts: dict) -> None:
     counts["failovers"] = len(h.primaries.failovers())
     for f in h.faults:
         counts[f"faults_{f.get('kind')}"] = counts.get(f"faults_{f.get('kind')}", 0) + 1
+        counts["partitions"] += f.get("kind") in PARTITION_KINDS
+        counts["worker_pauses_past_ttls"] += bool((f.get("detail") or {}).get("longer_than_ttls"))
     for g in h.grants:
         counts["b_proved"] += g.proved
 
@@ -775,8 +800,13 @@ def _lost_hold(h: _History, g: Grant, e: dict) -> Violation:
 # --- (d) no crash --------------------------------------------------------------------
 
 
+def killed_pids(f: dict) -> set[str]:
+    detail = f.get("detail") or {}
+    return {str(p) for p in [detail.get("pid"), *(detail.get("pids") or [])] if p is not None}
+
+
 def _check_crashes(h: _History, counts: dict, out: list[Violation]) -> None:
-    kills = [f for f in h.faults if f.get("kind") in ("kill_primary", "kill_sentinel")]
+    kills = [f for f in h.faults if f.get("kind") in KILLS]
     for e in h.observations:
         if e["type"] == "crash_log":
             counts["crash_logs"] += 1
@@ -793,8 +823,8 @@ def _check_crashes(h: _History, counts: dict, out: list[Violation]) -> None:
             (
                 f
                 for f in kills
-                if f.get("target") == e.get("node")
-                and str((f.get("detail") or {}).get("pid")) == str(e.get("pid"))
+                if e.get("node") in str(f.get("target")).split(",")
+                and str(e.get("pid")) in killed_pids(f)
                 and start(f) <= e["t"]
             ),
             None,
@@ -806,7 +836,7 @@ def _check_crashes(h: _History, counts: dict, out: list[Violation]) -> None:
                 Violation(
                     "d",
                     f"{e.get('node')} pid {e.get('pid')} exited with {e.get('status')} at "
-                    f"{h.at(e['t'])}, and no kill_primary fault killed it",
+                    f"{h.at(e['t'])}, and no injected kill killed it",
                     [e],
                 )
             )
@@ -1109,7 +1139,7 @@ class _Resets:
 def _node_resets(h: _History) -> _Resets:
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for f in h.faults:
-        if f.get("kind") == "kill_primary":
+        if f.get("kind") in DATA_KILLS and killed_pids(f):
             spans[f.get("target")].append((start(f), end(f)))
     if h.node_states:
         last: dict[str, dict] = {}

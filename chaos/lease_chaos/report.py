@@ -46,7 +46,12 @@ ROWS = (
     ),
     ("the application refused as stale", ("stale_rejected_sqlite",), BREAKDOWN),
     ("failovers", ("failovers",), BREAKDOWN),
-    ("worker pauses", ("faults_pause_worker",), BREAKDOWN),
+    ("partitions (faults that cut links)", ("partitions",), BREAKDOWN),
+    (
+        "worker pauses (longer than the longest ttl)",
+        ("faults_pause_worker", "worker_pauses_past_ttls"),
+        BREAKDOWN,
+    ),
     (
         "(a) final log entries judged: module / application",
         ("a_entries_redis", "a_entries_sqlite"),

@@ -23,6 +23,7 @@ from redis.cluster import key_slot
 
 from . import checker, report
 from .nemesis import Log, Nemesis, NodeWatcher, Observer, Pauser
+from .network import Filter, worker_host
 from .topology import SERVERS, ClusterTopology, SentinelTopology, Topology, server_binary
 
 TOPOLOGIES = {"sentinel": SentinelTopology, "cluster": ClusterTopology}
@@ -43,6 +44,16 @@ def tags_for(topology: Topology) -> list[str]:
                 found.append(tag)
         tags += found
     return tags
+
+
+def contended_slots(topology: Topology, tags: list[str]) -> list[int]:
+    """The slots of the contended leases, which the nemesis may migrate (a cluster's;
+    never a shard's first slot, by which the observer names the shard)."""
+    if topology.kind != "cluster":
+        return []
+    firsts = {int(s) for s in topology.shards()}
+    slots = {key_slot(f"lease:{{{tag}}}".encode()) for tag in tags}
+    return sorted(slots - firsts)
 
 
 def init_sqlite(path: Path, tags: list[str]) -> None:
@@ -119,8 +130,31 @@ def self_check(topology: Topology) -> list[str]:
                 last = str(e)
                 time.sleep(0.2)
         if last:
-            problems.append(f"LEASE.DEBUG CHECK on {node.port}: {last}")
+            problems.append(f"LEASE.DEBUG CHECK on {node.addr}: {last}")
     return problems
+
+
+def network_filter(log: Log) -> Filter | None:
+    """The run's nftables table, or None (and why, in the history) when nftables cannot
+    filter here: then the deck holds no network fault."""
+    net = Filter()
+    try:
+        net.setup()
+    except (OSError, RuntimeError) as err:
+        print(f"no network faults: {err}", flush=True)
+        log.add({"type": "no_network_faults", "proc": "run", "t": time.time(), "error": str(err)})
+        return None
+    return net
+
+
+def plant(topology: Topology, what: str, rng: random.Random) -> dict:
+    """``LEASE.DEBUG CORRUPT <what>`` on one data node, chosen at random, once the faults
+    are over: a fault-injection build breaks one of its own structures the way a bug
+    would, and `self_check` must then fail the run (scripts/chaos --self-test)."""
+    node = rng.choice(topology.nodes)
+    with node.client(5.0) as conn:
+        conn.execute_command("LEASE.DEBUG", "CORRUPT", *what.split())
+    return {"type": "planted", "proc": "run", "t": time.time(), "node": node.addr, "what": what}
 
 
 def worker_ends(name: str, events: list[dict], status: int | None, t: float) -> list[dict]:
@@ -162,6 +196,7 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
     # Faults of the harness itself (a worker that crashed): the run fails on any.
     failed: list[str] = []
     observer = watcher = None
+    net = network_filter(log)
     try:
         topology.start()
         directory.mkdir(parents=True, exist_ok=True)
@@ -178,7 +213,7 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
         if kind == "sentinel":
             seeds = topology.sentinel_addrs()
         else:
-            seeds = [("127.0.0.1", n.port) for n in topology.nodes]
+            seeds = [(n.host, n.port) for n in topology.nodes]
         start = time.time()
         until = start + seconds
         for i in range(args.workers):
@@ -195,13 +230,23 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
                 "seed": rng.getrandbits(32),
                 "replicas": topology.replicas_per_primary,
                 "careful": i % 2 == 0,
+                "source": worker_host(topology.base_port, i),
             }
             workers[f"w{i}"] = subprocess.Popen(
                 [sys.executable, "-m", "lease_chaos.worker", json.dumps(config)],
                 cwd=Path(__file__).resolve().parent.parent,
             )
         pauser = Pauser(workers, log, random.Random(rng.getrandbits(32)), until)
-        nemesis = Nemesis(topology, observer, log, random.Random(rng.getrandbits(32)), until)
+        nemesis = Nemesis(
+            topology,
+            observer,
+            log,
+            random.Random(rng.getrandbits(32)),
+            until,
+            net,
+            [worker_host(topology.base_port, i) for i in range(args.workers)],
+            contended_slots(topology, tags),
+        )
         pauser.start()
         nemesis.start()
         nemesis.join()
@@ -229,6 +274,8 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
         nemesis.settle()
         observer.poll()
         final = final_state(topology, observer, tags, db_path)
+        if args.plant:
+            log.add(plant(topology, args.plant, rng))
         failed += self_check(topology)
     finally:
         for thread in (observer, watcher):
@@ -241,6 +288,8 @@ def run_one(server: str, kind: str, seconds: float, args, index: int, out: Path)
                 proc.wait()
         crashes = topology.crash_lines()
         topology.stop()
+        if net is not None:
+            net.teardown()
     events = [
         {
             "type": "run",
@@ -316,7 +365,16 @@ def main(argv=None) -> int:
         "--expect-failovers", type=int, default=0, help="fail unless at least this many, in all"
     )
     parser.add_argument(
+        "--expect-partitions", type=int, default=0, help="fail unless this many partitions"
+    )
+    parser.add_argument(
         "--expect-pauses", type=int, default=0, help="fail unless this many worker pauses"
+    )
+    parser.add_argument(
+        "--plant",
+        metavar="WHAT",
+        help="after the faults, LEASE.DEBUG CORRUPT WHAT on one data node (a fault-injection "
+        "build of the module): the run must then fail its LEASE.DEBUG CHECK",
     )
     args = parser.parse_args(argv)
     total = args.seconds if args.seconds is not None else (args.minutes or 1) * 60
@@ -332,7 +390,8 @@ def main(argv=None) -> int:
         parser.error("--workers must be at least 1")
     configs = [(s, k) for s in servers for k in kinds]
     each = total / len(configs)
-    out = args.out / time.strftime("%Y%m%d-%H%M%S")
+    # Absolute: each server runs in its own folder and is given paths below this one.
+    out = args.out.resolve() / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     print(f"scripts/chaos: seed {args.seed}, output in {out}", flush=True)
     results, histories, harness = [], [], []
@@ -352,8 +411,15 @@ def main(argv=None) -> int:
     violations = sum(len(r.violations) for _, r in results)
     failovers = sum(r.counts["failovers"] for _, r in results)
     pauses = sum(r.counts["faults_pause_worker"] for _, r in results)
-    print(f"violations: {violations}, failovers: {failovers}, worker pauses: {pauses}", flush=True)
+    partitions = sum(r.counts["partitions"] for _, r in results)
+    print(
+        f"violations: {violations}, failovers: {failovers}, partitions: {partitions}, "
+        f"worker pauses: {pauses}",
+        flush=True,
+    )
     short = []
+    if partitions < args.expect_partitions:
+        short.append(f"{partitions} partitions, fewer than the {args.expect_partitions} expected")
     if failovers < args.expect_failovers:
         short.append(f"{failovers} failovers, fewer than the {args.expect_failovers} expected")
     if pauses < args.expect_pauses:

@@ -1,6 +1,7 @@
 """The servers a chaos run stands up: three data nodes and three Sentinels, or a cluster
 of three masters with one replica each. Every data node loads the module; every process
-listens on 127.0.0.1 only and is a child of this process, so its exit is seen at once.
+listens on a loopback address of its own (see network.py) and is a child of this process,
+so its exit is seen at once.
 
 Sentinel processes load no module: Sentinel mode ignores `loadmodule` (it holds no data).
 """
@@ -19,10 +20,16 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .network import HARNESS, data_host, sentinel_host
+
 # Built by scripts/chaos from chaos/clockshift.c; steps one node's wall clock.
 CLOCKSHIFT_LIB = os.environ.get("CHAOS_CLOCKSHIFT", "")
+# Built by scripts/chaos from chaos/fsyncfail.c; makes one node's fsync fail.
+FSYNCFAIL_LIB = os.environ.get("CHAOS_FSYNCFAIL", "")
+# The size of each data node's tmpfs, when it can have one: the AOF of a run is a few MB.
+DISK_MB = 64
 MASTER_NAME = "mymaster"
-HOST = "127.0.0.1"
+HOST = HARNESS
 
 # Sentinel: a primary that does not answer for 1 s is down; a failover may restart after
 # twice the failover timeout, so this bounds how often one can follow another.
@@ -43,12 +50,16 @@ class Node:
     config: list[str]
     sentinel: bool = False
     shifted_clock: bool = False
+    # Its data folder is a tmpfs of its own, which the nemesis may fill.
+    own_disk: bool = False
+    # Its own loopback address, which it binds and sends from (see network.py).
+    host: str = HOST
     proc: subprocess.Popen | None = None
     pids: list[int] = field(default_factory=list)
 
     @property
     def addr(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def conf_path(self) -> Path:
@@ -66,13 +77,29 @@ class Node:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.conf_path.write_text("\n".join(self.config) + "\n")
 
+    @property
+    def data_dir(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def fsync_fail_file(self) -> Path:
+        """While it exists, the server's fsync() fails (see chaos/fsyncfail.c)."""
+        return self.dir / "fsync-fails"
+
     def start(self) -> None:
         """Starts the process from its config file (which Sentinel may have rewritten)."""
         env = dict(os.environ)
+        preload = []
         if self.shifted_clock:
             if not self.clock_file.exists():
                 self.clock_file.write_text("0\n")
-            env.update(LD_PRELOAD=CLOCKSHIFT_LIB, CLOCKSHIFT_FILE=str(self.clock_file))
+            preload.append(CLOCKSHIFT_LIB)
+            env.update(CLOCKSHIFT_FILE=str(self.clock_file))
+        if FSYNCFAIL_LIB and not self.sentinel:
+            preload.append(FSYNCFAIL_LIB)
+            env.update(FSYNCFAIL_FILE=str(self.fsync_fail_file))
+        if preload:
+            env.update(LD_PRELOAD=" ".join(preload))
         args = [self.binary, str(self.conf_path)]
         if self.sentinel:
             args.append("--sentinel")
@@ -89,7 +116,7 @@ class Node:
 
     def client(self, timeout: float = 1.0) -> redis.Redis:
         return redis.Redis(
-            host=HOST,
+            host=self.host,
             port=self.port,
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
@@ -144,6 +171,28 @@ class Node:
         return abs(seconds + micros / 1e6 - time.time() - offset_s) < 0.05
 
 
+def mount_tmpfs(path: Path, size_mb: int) -> bool:
+    """Mounts a tmpfs of `size_mb` on `path`; False when this machine does not let us."""
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def unmount(path: Path) -> None:
+    subprocess.run(["umount", str(path)], capture_output=True, check=False)
+
+
+def mounts_under(folder: Path) -> list[Path]:
+    """Mount points below `folder` (left by a run that was killed)."""
+    prefix = str(folder.resolve()) + "/"
+    with open("/proc/mounts") as f:
+        points = [line.split()[1] for line in f]
+    return [Path(p) for p in points if p.startswith(prefix)]
+
+
 def no_retry() -> Retry:
     """redis-py retries a command that timed out (ten times, from 6.0): one call must be
     one attempt, so a stopped server costs one timeout and a history shows what was sent."""
@@ -161,13 +210,16 @@ def wait_until(probe, timeout: float, what: str, interval: float = 0.05):
         time.sleep(interval)
 
 
-def data_config(port: int, directory: Path, module: str, extra: list[str]) -> list[str]:
+def data_config(host: str, port: int, directory: Path, module: str, extra: list[str]) -> list[str]:
     return [
         f"port {port}",
-        f"bind {HOST}",
+        f"bind {host}",
+        f"bind-source-addr {host}",
         "protected-mode no",
-        f"dir {directory}",
-        "logfile server.log",
+        # The data (the AOF) in a folder of its own, which may be a small tmpfs that the
+        # nemesis fills; the config, the log and the cluster's node table stay outside it.
+        f"dir {directory / 'data'}",
+        f"logfile {directory / 'server.log'}",
         f"loadmodule {module}",
         "enable-debug-command yes",
         "save ''",
@@ -209,6 +261,10 @@ class Topology:
     def stop(self) -> None:
         for node in self.all_processes():
             node.stop()
+        for node in self.nodes:
+            if node.own_disk:
+                unmount(node.data_dir)
+                node.own_disk = False
 
     def crash_lines(self) -> list[tuple[str, str]]:
         """Lines of a crash report in any data node's log."""
@@ -228,20 +284,26 @@ class Topology:
         for i in range(count):
             port = self.base_port + i
             directory = self.workdir / f"n{i}"
+            host = data_host(self.base_port, i)
             node = Node(
                 f"n{i}",
                 self.binary,
                 port,
                 directory,
-                data_config(port, directory, self.module, extra(i)),
+                data_config(host, port, directory, self.module, extra(i)),
                 shifted_clock=bool(CLOCKSHIFT_LIB) and i == clock_index,
+                host=host,
             )
             node.write_config()
+            node.data_dir.mkdir()
+            node.own_disk = mount_tmpfs(node.data_dir, DISK_MB)
             self.nodes.append(node)
         for node in self.nodes:
             node.start()
 
     def fresh_dir(self) -> None:
+        for path in mounts_under(self.workdir):
+            unmount(path)
         if self.workdir.exists():
             shutil.rmtree(self.workdir)
         self.workdir.mkdir(parents=True)
@@ -257,12 +319,17 @@ class SentinelTopology(Topology):
         self.fresh_dir()
         primary_port = self.base_port
         self.start_data_nodes(
-            3, lambda i: [] if i == 0 else [f"replicaof {HOST} {primary_port}"], clock_index=2
+            3,
+            lambda i: (
+                [] if i == 0 else [f"replicaof {data_host(self.base_port, 0)} {primary_port}"]
+            ),
+            clock_index=2,
         )
         wait_until(lambda: leads(self.nodes[0], 2), 20, "replicas to sync")
         for i in range(3):
             port = self.base_port + 10 + i
             directory = self.workdir / f"s{i}"
+            host = sentinel_host(self.base_port, i)
             node = Node(
                 f"s{i}",
                 self.binary,
@@ -270,15 +337,18 @@ class SentinelTopology(Topology):
                 directory,
                 [
                     f"port {port}",
-                    f"bind {HOST}",
+                    f"bind {host}",
+                    f"bind-source-addr {host}",
+                    f"sentinel announce-ip {host}",
                     f"dir {directory}",
                     "logfile server.log",
-                    f"sentinel monitor {MASTER_NAME} {HOST} {primary_port} 2",
+                    f"sentinel monitor {MASTER_NAME} {data_host(self.base_port, 0)} {primary_port} 2",
                     f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}",
                     f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}",
                     f"sentinel parallel-syncs {MASTER_NAME} 2",
                 ],
                 sentinel=True,
+                host=host,
             )
             node.write_config()
             self.sentinels.append(node)
@@ -297,7 +367,7 @@ class SentinelTopology(Topology):
             return False
 
     def sentinel_addrs(self) -> list[tuple[str, int]]:
-        return [(HOST, s.port) for s in self.sentinels]
+        return [(s.host, s.port) for s in self.sentinels]
 
     def shards(self) -> list[str]:
         return [MASTER_NAME]
@@ -351,14 +421,21 @@ class ClusterTopology(Topology):
         self.fresh_dir()
         extra = [
             "cluster-enabled yes",
-            "cluster-config-file nodes.conf",
             f"cluster-node-timeout {NODE_TIMEOUT_MS}",
             # A replica is always eligible: the test wants failovers to happen.
             "cluster-replica-validity-factor 0",
             "cluster-allow-replica-migration no",
             "cluster-require-full-coverage no",
         ]
-        self.start_data_nodes(6, lambda _i: extra, clock_index=4)
+        self.start_data_nodes(
+            6,
+            lambda i: [
+                *extra,
+                f"cluster-announce-ip {data_host(self.base_port, i)}",
+                f"cluster-config-file {self.workdir / f'n{i}' / 'nodes.conf'}",
+            ],
+            clock_index=4,
+        )
         masters, replicas = self.nodes[:3], self.nodes[3:]
         ranges = [(0, 5460), (5461, 10922), (10923, 16383)]
         for node, (lo, hi) in zip(masters, ranges):
@@ -366,7 +443,7 @@ class ClusterTopology(Topology):
                 conn.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
         for node in self.nodes[1:]:
             with node.client() as conn:
-                conn.execute_command("CLUSTER", "MEET", HOST, self.nodes[0].port)
+                conn.execute_command("CLUSTER", "MEET", self.nodes[0].host, self.nodes[0].port)
         wait_until(lambda: self._all_known(6), 20, "every node to know every other")
         for master, replica in zip(masters, replicas):
             master_id = self._my_id(master)
@@ -452,6 +529,68 @@ class ClusterTopology(Topology):
                 return False
         return True
 
+    def can_migrate_atomically(self) -> bool:
+        """Whether the servers have Valkey 9's `CLUSTER MIGRATESLOTS`."""
+        try:
+            with self.nodes[0].client(1.0) as conn:
+                conn.execute_command("CLUSTER", "GETSLOTMIGRATIONS")
+            return True
+        except redis.RedisError:
+            return False
+
+    def move_slot(self, slot: int, source: Node, target: Node, atomic: bool) -> int:
+        """Moves `slot` from master `source` to master `target`; returns how many keys
+        it held. Waits for `target`'s replica to have them before it returns, so the
+        next fault's failover keeps them."""
+        with source.client(5.0) as conn:
+            count = int(conn.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot))
+        target_id = self._my_id(target)
+        if atomic:
+            with source.client(5.0) as conn:
+                conn.execute_command(
+                    "CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", slot, slot, "NODE", target_id
+                )
+            wait_until(
+                lambda: self._migration_done(source) and self._owner(slot) == target.addr,
+                20,
+                f"slot {slot} to move",
+            )
+        else:
+            with target.client(5.0) as conn:
+                conn.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", self._my_id(source))
+            with source.client(5.0) as conn:
+                conn.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+                while keys := conn.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 4):
+                    conn.execute_command(
+                        "MIGRATE", target.host, target.port, "", 0, 5000, "KEYS", *keys
+                    )
+            for node in [target, source] + [n for n in self.nodes if n not in (target, source)]:
+                with node.client(5.0) as conn:
+                    try:
+                        conn.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+                    except redis.ResponseError:
+                        # A replica refuses SETSLOT: it learns from its master.
+                        pass
+        with target.client(2.0) as conn:
+            offset = conn.info("replication")["master_repl_offset"]
+        wait_until(lambda: leads(target, 1, offset), 10, f"{target.name}'s replica to catch up")
+        return count
+
+    def _owner(self, slot: int) -> str | None:
+        return next((a for lo, hi, a in self.slot_map() if lo <= slot <= hi), None)
+
+    def _migration_done(self, source: Node) -> bool:
+        with source.client(2.0) as conn:
+            jobs = conn.execute_command("CLUSTER", "GETSLOTMIGRATIONS")
+        if not jobs:
+            return False
+        last = jobs[-1]
+        fields = last if isinstance(last, dict) else dict(zip(last[::2], last[1::2]))
+        state = as_str(fields.get("state", ""))
+        if state in ("failed", "cancelled"):
+            raise redis.ResponseError(f"the slot migration {state}: {fields.get('message')}")
+        return state == "success"
+
     def slot_map(self) -> list[tuple[int, int, str]]:
         for node in self.nodes:
             if not node.alive():
@@ -465,8 +604,9 @@ class ClusterTopology(Topology):
         return []
 
 
-def leads(node: Node | None, replicas: int) -> bool:
-    """`node` is up, a primary, with `replicas` replicas online."""
+def leads(node: Node | None, replicas: int, offset: int = 0) -> bool:
+    """`node` is up, a primary, with `replicas` replicas online, each at replication
+    `offset` or past it."""
     if node is None or not node.alive():
         return False
     try:
@@ -478,6 +618,7 @@ def leads(node: Node | None, replicas: int) -> bool:
         info.get("role") == "master"
         and info.get("connected_slaves") == replicas
         and all(info.get(f"slave{i}", {}).get("state") == "online" for i in range(replicas))
+        and all(info.get(f"slave{i}", {}).get("offset", -1) >= offset for i in range(replicas))
     )
 
 

@@ -30,6 +30,7 @@ import redis
 from redis.cluster import key_slot
 from redis.sentinel import Sentinel
 
+from .network import leave_from
 from .topology import MASTER_NAME, no_retry, parse_slots
 
 # Socket timeout of every command; BLOCK waits stay below it.
@@ -489,7 +490,10 @@ class Worker:
 
 
 def main() -> None:
-    Worker(json.loads(sys.argv[1])).run()
+    config = json.loads(sys.argv[1])
+    if config.get("source"):
+        leave_from(config["source"])
+    Worker(config).run()
 
 
 if __name__ == "__main__":

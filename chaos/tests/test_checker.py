@@ -566,7 +566,26 @@ def test_d_server_exit_without_a_matching_kill(exit_):
     events.remove(find(events, type="server_exit"))
     res = checker.check(by_time([*events, exit_]))
     assert rules(res) == ["d"]
-    assert "no kill_primary fault killed it" in res.violations[0].message
+    assert "no injected kill killed it" in res.violations[0].message
+
+
+@pytest.mark.parametrize(
+    "kill",
+    [
+        fault("kill_replica", P2, 5.0, 7.0, pid=5151),
+        fault("kill_rewrite", P2, 5.0, 7.0, pid=5151, rewriting=True),
+        fault("kill_sentinels", f"127.0.3.1:7010,{P2}", 5.0, 7.0, pids=[6161, 5151]),
+    ],
+    ids=["replica", "during-a-rewrite", "sentinels"],
+)
+def test_d_exits_of_the_new_kills_are_injected(kill):
+    # Each kind of kill accounts for the exit it caused, and for no other pid.
+    events = clean_history()
+    res = checker.check(by_time([*events, kill, server_exit(5.5, P2, 5151)]))
+    assert res.ok, res.violations
+    assert res.counts["server_exits_injected"] == 2
+    res = checker.check(by_time([*events, kill, server_exit(5.5, P2, 5152)]))
+    assert rules(res) == ["d"]
 
 
 def test_d_crash_log():
