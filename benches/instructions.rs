@@ -122,13 +122,18 @@ const BOUNDS: &[Bound] = &[
         what: "full cycle vs SET NX PX + EVALSHA renew + EVALSHA release",
         native: &[Step::Acquire, Step::Renew, Step::Release],
         lua: &[Step::SetNxPx, Step::EvalRenew, Step::EvalRelease],
-        max: [0.46, 0.43, 0.54, 0.46],
+        // Raised from [0.46, 0.43, 0.54, 0.46] with the one commit path (a change
+        // built as a value, then carried out): +1 to 4% on ACQUIRE and RELEASE,
+        // measured in the closing note of the commit-path issue. The performance
+        // issue's targets (cycle at or under the native trio) are far below these.
+        max: [0.475, 0.44, 0.55, 0.47],
     },
     Bound {
         what: "LEASE.ACQUIRE vs SET NX PX",
         native: &[Step::Acquire],
         lua: &[Step::SetNxPx],
-        max: [1.57, 1.49, 1.83, 1.76],
+        // Raised from [1.57, 1.49, 1.83, 1.76] with the one commit path (above).
+        max: [1.61, 1.53, 1.87, 1.80],
     },
     Bound {
         what: "LEASE.RENEW vs EVALSHA compare-and-pexpire",

@@ -645,14 +645,16 @@ for_each_server!(session_renew_keeps_a_thousand_bound_holds_alive, |flavor| {
     let server = Server::start(flavor);
     let mut con = server.client();
     let granted_at = Instant::now();
-    take(&mut con, "s", 1_000, "st");
+    // Long enough for the thousand bound acquires on a loaded machine; the renewals
+    // below then keep it alive past that first deadline.
+    take(&mut con, "s", 3_000, "st");
     bind_many(&mut con, "job:", 1_000, 0, "t", "s", "st");
     bind(&mut con, "own", 1_500, "o", "s", "st");
     assert_eq!(bound_count(&mut con, "s"), 1_001);
     assert_eq!(lease_stat(&server, "bound_holds"), 1_001);
 
     // One RENEW of the session at a time, well past its first deadline.
-    let until = granted_at + Duration::from_millis(3_000);
+    let until = granted_at + Duration::from_millis(5_000);
     let mut renewals = 0;
     while Instant::now() < until {
         assert_eq!(
@@ -949,6 +951,36 @@ for_each_server!(
         assert_eq!((k.session, k.waiters), (None, 0));
         assert_eq!(holders(&mut con, "k").len(), 1);
         assert_eq!(release(&mut con, "k", "w1"), 0);
+    }
+);
+
+for_each_server!(
+    a_lone_waiter_refused_for_its_session_leaves_no_key_behind,
+    |flavor| {
+        // The chaos finding (chaos/tests/findings/woken-waiter-without-session.md):
+        // the free lease a release keeps for its only waiter must be reaped when that
+        // waiter is refused at its turn, not left out of the deadline index forever.
+        let server = Server::start(flavor);
+        let mut con = server.client();
+        take(&mut con, "k", MINUTE, "x");
+        take(&mut con, "s", MINUTE, "st");
+        let w1 = queue_with(
+            &server,
+            "k",
+            MINUTE,
+            "w1",
+            10_000,
+            &["SESSION", "s", "st"],
+            1,
+        );
+        assert_eq!(release(&mut con, "s", "st"), 1);
+        assert_eq!(release(&mut con, "k", "x"), 1);
+        let (reply, _) = w1.reply(Duration::from_secs(5), "w1");
+        assert_eq!(expect_error(&reply, "w1"), no_session("s"));
+        wait_until("the free lease left for w1 to be reaped", WAIT, || {
+            !exists(&mut con, "k")
+        });
+        assert_eq!(lease_stat(&server, "keys"), 0);
     }
 );
 

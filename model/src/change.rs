@@ -66,6 +66,10 @@ pub enum Index {
     Ensure,
     /// The lease's entry, at this deadline, goes: the key is free or gone.
     Remove(u64),
+    /// An entry at this time, for the reaper to look at the key again: a
+    /// free lease left for a waiter that was then refused is deleted then
+    /// if nobody waits.
+    Recheck(u64),
 }
 
 /// Whether the key's waiters are offered the lease.
@@ -133,7 +137,7 @@ impl Change {
     /// refused: `replaced` holds (not live) left it, and if the key's own
     /// grant was a session (`ending`: its fence and deadline, read before),
     /// that session ended at its deadline.
-    #[inline]
+    #[inline(always)]
     pub fn took_over(replaced: &Replaced, ending: Option<(u64, u64)>) -> Change {
         let mut change = Change::default();
         if replaced.count == 0 {
@@ -155,7 +159,7 @@ impl Change {
     /// replicated as that token's hold, announced; `expired` holds it took
     /// over before the reaper reached them are announced first; the new
     /// hold binds to `bound`.
-    #[inline]
+    #[inline(always)]
     pub fn granted(mut self, count: Count, expired: usize, bound: Option<Binding>) -> Change {
         if expired > 0 || bound.is_some() {
             let ended = self.ended_mut();
@@ -176,7 +180,7 @@ impl Change {
     /// key took over (`took_over`); a grant or a retry (`granted`, bound to
     /// `bound`); a busy key counted (a client's only); a refusal nothing.
     /// `shared` is the key's shared holds before and after.
-    #[inline]
+    #[inline(always)]
     pub fn acquired(
         outcome: &Result<(Acquire, Replaced), Refused>,
         ending: Option<(u64, u64)>,
@@ -209,8 +213,19 @@ impl Change {
         }
     }
 
-    /// A refusal or a busy key: counted, nothing else.
+    /// A woken waiter refused at its turn (its session ended, its terms
+    /// refused): the key it was woken for may be a free lease kept for it,
+    /// which the reaper looks at again `now` (deleted if nobody waits).
     #[inline]
+    pub fn waiter_refused(now: u64) -> Change {
+        Change {
+            index: Index::Recheck(now),
+            ..Change::default()
+        }
+    }
+
+    /// A refusal or a busy key: counted, nothing else.
+    #[inline(always)]
     pub fn counted(count: Count) -> Change {
         Change {
             count: Some(count),
@@ -220,7 +235,7 @@ impl Change {
 
     /// A renewal of the operation's token's hold; `reindex` when the new
     /// deadline falls before the key's index entry.
-    #[inline]
+    #[inline(always)]
     pub fn renewed(reindex: bool) -> Change {
         Change {
             replicate: Replicate::Held,
@@ -243,7 +258,7 @@ impl Change {
     /// The released hold's binding goes, and if it was a session its bound
     /// holds are free from `now`.
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     pub fn released(
         released: &Grant,
         now: u64,
@@ -258,7 +273,10 @@ impl Change {
             notify: Some(notifications::RELEASE),
             shared,
             session_ended: Some((released.fence, now)),
-            ended: unbinding(released.session().cloned().into_iter().collect(), None),
+            ended: released
+                .session()
+                .map(|binding| unbinding(vec![binding.clone()], None))
+                .unwrap_or_default(),
             ..Change::default()
         };
         if holds_stay {

@@ -202,6 +202,10 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                         Ok(fence) => Some(fence),
                         Err(message) => {
                             rm::reply_message(ctx, message);
+                            if matches!(key.value::<Lease>(), Slot::Ours(_)) {
+                                let change = Change::waiter_refused(now);
+                                commit(ctx, key_name, On::Key(&mut key), None, change);
+                            }
                             return OK;
                         }
                     }
@@ -248,6 +252,10 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                     return ERR;
                 }
                 Err(refused) => {
+                    if stored {
+                        // The free lease kept for this waiter is looked at again.
+                        change.index = Change::waiter_refused(now).index;
+                    }
                     commit(ctx, key_name, On::Key(&mut key), None, change);
                     rm::reply_message(ctx, error::refused(refused));
                     return OK;

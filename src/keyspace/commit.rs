@@ -63,11 +63,16 @@ pub fn commit(ctx: Ctx, name: RString, on: On<'_>, token: Option<Wire>, change: 
             sessions::count_session_expiries(ended.session_expiries);
         }
     }
-    if let Index::Remove(deadline) = change.index {
-        if state::is_primary() {
+    match change.index {
+        Index::Remove(deadline) if state::is_primary() => {
             let (db, key_bytes) = at();
             state::index().remove(deadline, db, key_bytes);
         }
+        Index::Recheck(when) if state::is_primary() => {
+            let (db, key_bytes) = at();
+            state::index().insert(when, db, key_bytes);
+        }
+        _ => {}
     }
     let ensure = change.index == Index::Ensure && state::is_primary();
     let (mut lease, key) = match on {
