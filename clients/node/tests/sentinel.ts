@@ -189,7 +189,9 @@ class SentinelSet {
       } finally {
         a.disconnect();
       }
-    }, 40_000);
+      // A Sentinel in TILT mode (a loaded machine stalls its timer) learns the new
+      // master only after its 30 s TILT ends: room for that.
+    }, 90_000);
     return next;
   }
 
