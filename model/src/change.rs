@@ -17,7 +17,7 @@ use crate::lease::{Acquire, Replaced};
 use crate::notifications;
 
 /// How replicas and the AOF learn of a change.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Replicate {
     #[default]
     Nothing,
@@ -31,9 +31,6 @@ pub enum Replicate {
     Whole,
     /// The operation's token's hold is gone; the key stays.
     DropToken,
-    /// These holds are gone (expired, or freed by their session's end);
-    /// the key stays.
-    Dropped(Vec<Box<[u8]>>),
 }
 
 impl Replicate {

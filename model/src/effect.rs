@@ -236,7 +236,7 @@ pub fn whole(lease: &Lease, mut each: impl FnMut(&Effect<'_, &[u8]>)) {
 pub enum Emitted<'l, T> {
     /// An effect naming the operation's token.
     Token(Effect<'l, T>),
-    /// An effect of the stored lease (its whole state, holds it dropped).
+    /// An effect of the stored lease (its whole state).
     Stored(&'l Effect<'l, &'l [u8]>),
     /// The client's command itself.
     Verbatim,
@@ -262,10 +262,6 @@ pub fn replicated<'l, T: AsRef<[u8]>>(
         },
         (Replicate::Whole, Some(lease), _) => whole(lease, |e| emit(Emitted::Stored(e))),
         (Replicate::DropToken, _, Some(token)) => emit(Emitted::Token(Effect::Drop(vec![token]))),
-        (Replicate::Dropped(tokens), ..) => {
-            let drop = Effect::Drop(tokens.iter().map(|t| &**t).collect());
-            emit(Emitted::Stored(&drop));
-        }
         (Replicate::Held | Replicate::Whole | Replicate::DropToken, ..) => {
             debug_assert!(false, "{how:?} without the lease or the token it names");
         }

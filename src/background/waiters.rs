@@ -18,7 +18,7 @@ use crate::keyspace::sessions::{self, Lookup};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types::{self};
 use crate::keyspace::wire::Wire;
-use crate::model::change::{Change, Signal};
+use crate::model::change::{Change, Index, Signal};
 use crate::model::config;
 use crate::model::error;
 use crate::model::holds::{Binding, Mode, Refused, Terms};
@@ -254,7 +254,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 Err(refused) => {
                     if stored {
                         // The free lease kept for this waiter is looked at again.
-                        change.index = Change::waiter_refused(now).index;
+                        change.index = Index::Recheck(now);
                     }
                     commit(ctx, key_name, On::Key(&mut key), None, change);
                     rm::reply_message(ctx, error::refused(refused));

@@ -1,10 +1,12 @@
-//! The one commit path: carries out a `model::change::Change` on a lease
-//! key. Nothing else under src/ replicates a lease change, moves the
-//! deadline or bound-hold index for one, moves the counters or the shared
-//! gauge, sends a lease's keyspace notification or wakes its waiters
-//! (`scripts/layers` checks it). Always in this order: counters and gauge;
-//! session index; deadline index; the key's fate; replication; the
-//! notifications; the waiters.
+//! The commit path: carries out a `model::change::Change` on a lease key,
+//! always in this order: counters and gauge; session index; deadline index;
+//! the key's fate; replication; the notifications; the waiters.
+//!
+//! ACQUIRE, RENEW, RELEASE (a client's and a replayed one), LEASE.APPLY and
+//! the blocked waiter's turn go through it. The reaper, eviction restore,
+//! server events and resource records still carry out their effects
+//! themselves (`effects.rs`); until they move here, `scripts/layers` cannot
+//! hold every such call to this file.
 
 use crate::keyspace::effects;
 use crate::keyspace::sessions;

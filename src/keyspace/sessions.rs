@@ -74,25 +74,23 @@ fn note_count(index: &BoundIndex) {
 
 /// The bound holds of `holds` on `key` are gone.
 pub fn unbind<'a>(db: i32, key: &[u8], holds: impl IntoIterator<Item = &'a Hold>) {
-    let mut bound = holds
-        .into_iter()
-        .filter_map(|h| h.grant.session())
-        .peekable();
+    unbind_bindings(db, key, holds.into_iter().filter_map(|h| h.grant.session()));
+}
+
+/// The bound holds of these bindings on `key` are gone.
+pub fn unbind_each(db: i32, key: &[u8], bindings: &[Binding]) {
+    unbind_bindings(db, key, bindings.iter());
+}
+
+/// Each binding's hold on `key` leaves the index, under one lock; no lock
+/// for none.
+fn unbind_bindings<'a>(db: i32, key: &[u8], bindings: impl Iterator<Item = &'a Binding>) {
+    let mut bound = bindings.peekable();
     if bound.peek().is_none() {
         return;
     }
     let mut index = state::bound();
     bound.for_each(|binding| index.unbind(db, key, binding));
-    note_count(&index);
-}
-
-/// The bound holds of these bindings on `key` are gone.
-pub fn unbind_each(db: i32, key: &[u8], bindings: &[Binding]) {
-    if bindings.is_empty() {
-        return;
-    }
-    let mut index = state::bound();
-    bindings.iter().for_each(|b| index.unbind(db, key, b));
     note_count(&index);
 }
 
