@@ -867,10 +867,15 @@ fn parse_notifications(
             ));
         }
         // A change decided in the model names its event (`notify:
-        // Some(notifications::X)`, model/src/change.rs, or a change that
+        // Some(notifications::X)` or `then_some(notifications::X)`,
+        // model/src/change.rs, or a change that
         // only announces, `Change::announced(notifications::X)`); the
         // commit path sends it.
-        for named in ["Some(notifications::", "Change::announced(notifications::"] {
+        for named in [
+            "Some(notifications::",
+            "then_some(notifications::",
+            "Change::announced(notifications::",
+        ] {
             let mut rest = code.as_str();
             while let Some(pos) = rest.find(named) {
                 let line = code[..code.len() - rest.len() + pos].lines().count();
