@@ -87,7 +87,6 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let started = commands::register(raw_ctx, with_category)
         .and_then(|()| commands::subscribe_module_changes(raw_ctx))
         .and_then(|()| events::subscribe(raw_ctx))
-        .and_then(|()| events::filter_commands(raw_ctx))
         .and_then(|()| match slot_migration {
             true => events::subscribe_slot_migration(raw_ctx),
             false => Ok(()),

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use redis_module::raw;
 
+use crate::background::armed;
 use crate::keyspace::commit::values;
 use crate::keyspace::removals::{any_removed, forget_removed, take_removed, Floor};
 use crate::keyspace::sessions;
@@ -44,17 +45,7 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
             return Err(format!("cannot subscribe to server event {id}"));
         }
     }
-    let classes = raw::REDISMODULE_NOTIFY_GENERIC
-        | raw::REDISMODULE_NOTIFY_EXPIRED
-        | raw::REDISMODULE_NOTIFY_EVICTED
-        | raw::REDISMODULE_NOTIFY_LOADED;
-    // SAFETY: `ctx` is the load context; the callback is a function of the
-    // module, which is never unloaded.
-    if unsafe { api!(RedisModule_SubscribeToKeyspaceEvents)(ctx, classes, Some(on_keyspace_event)) }
-        != OK
-    {
-        return Err("cannot subscribe to keyspace events".into());
-    }
+    armed::install(on_command, on_keyspace_event);
     Ok(())
 }
 
@@ -488,22 +479,6 @@ unsafe extern "C" fn free_ttl_job(pd: *mut c_void) {
 /// Most due leases an `EXEC` looks at: they are reaped at their deadline, so
 /// more than a few are due at once only while the reaper is held back.
 const EXEC_DUE_LIMIT: usize = 64;
-
-pub fn filter_commands(ctx: Ctx) -> Result<(), String> {
-    // SAFETY: `ctx` is the load context; the callback is a function of the
-    // module, which is never unloaded.
-    let filter = unsafe {
-        api!(RedisModule_RegisterCommandFilter)(
-            ctx,
-            Some(on_command),
-            raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
-        )
-    };
-    if filter.is_null() {
-        return Err("cannot register the command filter".into());
-    }
-    Ok(())
-}
 
 /// `WATCH`: Redis aborts an `EXEC` when a watched key expired since the
 /// `WATCH`. A lease expires by its deadline, not a Redis TTL, and the reaper

@@ -103,6 +103,8 @@ fn start_scan() {
 unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
     let next = rm::guard("reaper", config::reap_interval_ms, || {
         let interval = config::reap_interval_ms();
+        // On replicas too: the filter is about the keyspace, not the role.
+        crate::background::armed::disarm_when_idle(rm::now_ms());
         if !state::is_primary() {
             return interval;
         }

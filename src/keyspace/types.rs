@@ -109,6 +109,7 @@ fn resource_type() -> *mut raw::RedisModuleType {
 
 /// Stores a new lease value in an empty key.
 pub fn store_lease(key: &mut Key, lease: Lease) -> &mut Lease {
+    state::arm_leases();
     state::bump(&STATS.lease_keys);
     state::note_name(key.name());
     key.set(Box::new(lease))
@@ -128,6 +129,7 @@ pub fn delete(key: &mut Key) {
 
 /// Stores a new resource record in an empty key.
 pub fn store_resource(key: &mut Key, resource: Resource) -> &mut Resource {
+    state::arm_records();
     state::bump(&STATS.resource_keys);
     state::note_name(key.name());
     key.set(Box::new(resource))
@@ -201,6 +203,7 @@ unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int)
     rm::guard("lease-key load", std::ptr::null_mut, || {
         match encoding::decode_lease(&mut Io(rdb), encver, rm::now_ms()) {
             Ok(lease) => {
+                state::arm_leases();
                 note_loaded_name(rdb);
                 // The fence it carries raises the sequence once the key is
                 // really stored (the `restore` event, a rescan): Redis may still
@@ -480,6 +483,7 @@ unsafe extern "C" fn resource_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_i
         std::ptr::null_mut,
         || match encoding::decode_resource(&mut Io(rdb), encver) {
             Ok(record) => {
+                state::arm_records();
                 note_loaded_name(rdb);
                 state::bump(&STATS.resource_keys);
                 Box::into_raw(Box::new(record)).cast()
