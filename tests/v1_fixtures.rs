@@ -275,7 +275,11 @@ fn check_counts(server: &Server, when: &str) {
     // after `DEBUG RELOAD`): the gauge comes down as each old value is freed.
     let settled = || lease_stat(server, "keys") == HELD.len() as u64;
     if !settled() {
-        wait_until("the replaced dataset to be freed", Duration::from_secs(10), settled);
+        wait_until(
+            "the replaced dataset to be freed",
+            Duration::from_secs(10),
+            settled,
+        );
     }
     assert_eq!(lease_stat(server, "keys"), HELD.len() as u64, "{when}");
     assert_eq!(

@@ -103,22 +103,22 @@ pub fn set_armers(leases: fn(), records: fn()) {
 /// A lease value is about to exist: the filter and the key events must be on.
 #[inline]
 pub fn arm_leases() {
-    if !LEASES_ARMED.load(Ordering::Relaxed) {
-        if let Some(arm) = ARM_LEASES.get() {
-            arm();
-        }
-        LEASES_ARMED.store(true, Ordering::Relaxed);
-    }
+    arm(&LEASES_ARMED, &ARM_LEASES);
 }
 
 /// A resource record is about to exist: the key events must be on.
 #[inline]
 pub fn arm_records() {
-    if !RECORDS_ARMED.load(Ordering::Relaxed) {
-        if let Some(arm) = ARM_RECORDS.get() {
+    arm(&RECORDS_ARMED, &ARM_RECORDS);
+}
+
+#[inline]
+fn arm(armed: &AtomicBool, how: &OnceLock<fn()>) {
+    if !armed.load(Ordering::Relaxed) {
+        if let Some(arm) = how.get() {
             arm();
         }
-        RECORDS_ARMED.store(true, Ordering::Relaxed);
+        armed.store(true, Ordering::Relaxed);
     }
 }
 
