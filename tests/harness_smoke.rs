@@ -6,7 +6,7 @@
 extern crate harness;
 
 use harness::calls::get;
-use harness::{Flavor, Server, ServerOptions};
+use harness::{Server, ServerOptions};
 
 fn set(con: &mut redis::Connection, key: &str, value: &str) {
     let _: () = redis::cmd("SET")
@@ -31,7 +31,12 @@ for_each_server!(starts_the_expected_server, |flavor| {
         "{}: no {expected} in INFO server:\n{info}",
         entry.label
     );
-    assert_eq!(flavor.is_valkey(), entry.product() == "valkey", "{}", entry.label);
+    assert_eq!(
+        flavor.is_valkey(),
+        entry.product() == "valkey",
+        "{}",
+        entry.label
+    );
     if flavor.is_valkey() {
         assert!(info.contains("server_name:valkey"), "INFO server:\n{info}");
     } else {

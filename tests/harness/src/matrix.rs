@@ -110,17 +110,23 @@ fn parse_line(line: &str) -> Result<Entry, String> {
     };
     let label = rest.trim_end();
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric()) {
-        return Err(format!("the name {name:?} is not a short alphanumeric word"));
+        return Err(format!(
+            "the name {name:?} is not a short alphanumeric word"
+        ));
     }
     if !variable.starts_with("LEASE_") {
-        return Err(format!("the variable {variable} does not start with LEASE_"));
+        return Err(format!(
+            "the variable {variable} does not start with LEASE_"
+        ));
     }
     let source = if let Some(package) = source.strip_prefix("apt:") {
         if platform != "-" {
             return Err(format!("a Debian package has no platform tag ({platform})"));
         }
         if !binary.starts_with('/') {
-            return Err(format!("a Debian package's binary {binary} is not absolute"));
+            return Err(format!(
+                "a Debian package's binary {binary} is not absolute"
+            ));
         }
         Source::Apt {
             package: package.to_string(),
@@ -164,9 +170,8 @@ fn parse_line(line: &str) -> Result<Entry, String> {
 /// The matrix as compiled into the harness (cargo rebuilds it when the file changes).
 pub fn entries() -> &'static [Entry] {
     static ENTRIES: OnceLock<Vec<Entry>> = OnceLock::new();
-    ENTRIES.get_or_init(|| {
-        parse(include_str!("../../servers.txt")).unwrap_or_else(|e| panic!("{e}"))
-    })
+    ENTRIES
+        .get_or_init(|| parse(include_str!("../../servers.txt")).unwrap_or_else(|e| panic!("{e}")))
 }
 
 /// The server named `name`; panics when the matrix has none.
@@ -227,14 +232,38 @@ mod tests {
         assert!(parse(good).is_ok());
         let twice = format!("{good}\n{good}");
         for (bad, says) in [
-            ("a7 LEASE_A7_SERVER pypi:a==1 manylinux_2_17_x86_64 a7/bin/a-server", "six fields"),
-            ("a7 LEASE_A7_SERVER pypi:a manylinux_2_17_x86_64 a7/bin/a-server A 7.0", "pinned"),
-            ("a7 LEASE_A7_SERVER pypi:a==1 - a7/bin/a-server A 7.0", "no platform tag"),
-            ("a7 LEASE_A7_SERVER pypi:a==1 manylinux_2_17_x86_64 b7/bin/a-server A 7.0", "not in it"),
-            ("a7 LEASE_A7_SERVER apt:a - bin/a-server A 7.0", "not absolute"),
-            ("a7 LEASE_A7_SERVER brew:a - /bin/a-server A 7.0", "neither apt: nor pypi:"),
-            ("a7 LEASE_A7_SERVER apt:a - /bin/a-server A 7", "major.minor"),
-            ("a-7 LEASE_A7_SERVER apt:a - /bin/a-server A 7.0", "alphanumeric"),
+            (
+                "a7 LEASE_A7_SERVER pypi:a==1 manylinux_2_17_x86_64 a7/bin/a-server",
+                "six fields",
+            ),
+            (
+                "a7 LEASE_A7_SERVER pypi:a manylinux_2_17_x86_64 a7/bin/a-server A 7.0",
+                "pinned",
+            ),
+            (
+                "a7 LEASE_A7_SERVER pypi:a==1 - a7/bin/a-server A 7.0",
+                "no platform tag",
+            ),
+            (
+                "a7 LEASE_A7_SERVER pypi:a==1 manylinux_2_17_x86_64 b7/bin/a-server A 7.0",
+                "not in it",
+            ),
+            (
+                "a7 LEASE_A7_SERVER apt:a - bin/a-server A 7.0",
+                "not absolute",
+            ),
+            (
+                "a7 LEASE_A7_SERVER brew:a - /bin/a-server A 7.0",
+                "neither apt: nor pypi:",
+            ),
+            (
+                "a7 LEASE_A7_SERVER apt:a - /bin/a-server A 7",
+                "major.minor",
+            ),
+            (
+                "a-7 LEASE_A7_SERVER apt:a - /bin/a-server A 7.0",
+                "alphanumeric",
+            ),
             ("a7 A7_SERVER apt:a - /bin/a-server A 7.0", "LEASE_"),
             (twice.as_str(), "again"),
             ("# only a comment", "no server"),
