@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[3]
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
 
+
 def read_matrix() -> Dict[str, tuple]:
     """name -> (variable, default binary) for each server of tests/servers.txt: its
     fields are name, variable, source, platform, binary (absolute, or relative to
