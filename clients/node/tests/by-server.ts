@@ -1,7 +1,7 @@
 /**
  * A node:test reporter that counts passed, failed and skipped tests per server flavor:
- * each test file holds one top-level suite named after its flavor, and the files run one
- * after another (--test-concurrency=1). Suites are not counted.
+ * each flavor's tests sit in top-level suites named after it, and top-level suites run
+ * one after another. Suites are not counted.
  */
 interface Event {
   type: string;

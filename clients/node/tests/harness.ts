@@ -1,8 +1,9 @@
 /**
  * Real servers for the tests: each in its own temp dir on a free port, the module
- * loaded, stopped by pid. Server binaries come from LEASE_REDIS7_SERVER,
- * LEASE_REDIS8_SERVER, LEASE_VALKEY8_SERVER and LEASE_VALKEY9_SERVER; the module from
- * LEASE_MODULE or <repo>/target/release/libredis_lease.so.
+ * loaded, stopped by pid. The servers are the repo's test matrix, tests/servers.txt,
+ * each binary from the server's variable there (LEASE_REDIS7_SERVER ..., which
+ * clients/node/test sets); the module from LEASE_MODULE or
+ * <repo>/target/release/libredis_lease.so.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -15,16 +16,27 @@ import Redis, { Cluster } from 'ioredis';
 import { createClient as createClient4, createCluster as createCluster4 } from 'redis4';
 import { createClient as createClient5, createCluster as createCluster5 } from 'redis5';
 
-export const FLAVORS = {
-  redis7: 'LEASE_REDIS7_SERVER',
-  redis8: 'LEASE_REDIS8_SERVER',
-  valkey8: 'LEASE_VALKEY8_SERVER',
-  valkey9: 'LEASE_VALKEY9_SERVER',
-} as const;
-export type Flavor = keyof typeof FLAVORS;
-
 export const PACKAGE_ROOT = resolve(__dirname, '..', '..');
 export const REPO_ROOT = resolve(PACKAGE_ROOT, '..', '..');
+
+/** A server's name in the matrix (`redis7`), which names its tests. */
+export type Flavor = string;
+
+/**
+ * Each server of tests/servers.txt, in its order: name -> the variable that holds its
+ * binary. A line's fields are name, variable, source, platform, binary and label.
+ */
+function readMatrix(): Record<Flavor, string> {
+  const flavors: Record<Flavor, string> = {};
+  for (const line of readFileSync(join(REPO_ROOT, 'tests', 'servers.txt'), 'utf8').split('\n')) {
+    const [name, variable] = line.trim().split(/\s+/);
+    if (!name || name.startsWith('#') || !variable) continue;
+    flavors[name] = variable;
+  }
+  return flavors;
+}
+
+export const FLAVORS = readMatrix();
 
 export function serverBinary(flavor: Flavor): string | undefined {
   const v = process.env[FLAVORS[flavor]];

@@ -36,7 +36,7 @@ const { Leases, LeaseLost, WriteIndeterminate } = require('redis-lease');
 
 export function definePack(flavor: Flavor): void {
   // Once per run: on the first server of the matrix that is set.
-  const first = (Object.keys(FLAVORS) as Flavor[]).find((f) => serverBinary(f));
+  const first = Object.keys(FLAVORS).find((f) => serverBinary(f));
   if (flavor !== first) return;
   describe(flavor, () => {
     it('npm pack: the tarball ships dist/ and LICENSE, has no install script, and works from a fresh project', async () => {

