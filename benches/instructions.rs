@@ -31,8 +31,19 @@
 //! the session's RENEW with 100,000 bound holds counts at most 5% more than with none, and
 //! that an ACQUIRE with SESSION counts at most 1.5 times a plain one.
 //!
+//! Issue 27 adds three things. The servers' own compare-and-set commands, where a server
+//! has them (found by trying them): `SET key token IFEQ token PX ttl` to renew and
+//! `DELIFEQ key token` (or Redis 8.4's `DELEX key IFEQ token`) to release, counted like
+//! the rest, and ratios of redis-lease over them. Beside each `call()` count, the whole
+//! process's count for the step per command (parsing, command filters, replies; the
+//! servers' clock-driven timers left out). And the tax on other commands: the same
+//! binary without the module and with it, idle and among 100,000 live leases, counting
+//! `PING`, `GET`, `SET`, `SET PX`, `DEL`, `INCR`, `EXPIRE` and a transaction of them.
+//! CI holds every ratio at today's figure plus a margin; the report states the issue's
+//! goal beside each.
+//!
 //! Usage: `cargo bench --bench instructions -- [--servers LIST] [--calls N]
-//! [--shared-calls N] [--session-calls N] [--out FILE]` (`scripts/instructions` installs
+//! [--shared-calls N] [--session-calls N] [--tax-calls N] [--out FILE]` (`scripts/instructions` installs
 //! valgrind and the servers, then runs this).
 
 use std::fmt::Write as _;
@@ -47,7 +58,6 @@ use harness::workload::{
     SemScripts, CHUNK, COUNTER_KEYS,
 };
 use harness::{Flavor, Server, ServerOptions};
-
 
 const TTL: &[u8] = b"3600000";
 
@@ -114,9 +124,7 @@ impl Step {
     fn missing(self, natives: Natives) -> Option<&'static str> {
         match self {
             Step::SetIfeqPx if !natives.set_ifeq => Some("no `SET … IFEQ`"),
-            Step::DelIfeq if natives.del_ifeq.is_none() => {
-                Some("no `DELIFEQ` or `DELEX … IFEQ`")
-            }
+            Step::DelIfeq if natives.del_ifeq.is_none() => Some("no `DELIFEQ` or `DELEX … IFEQ`"),
             _ => None,
         }
     }
@@ -216,8 +224,10 @@ const BOUNDS: &[Bound] = &[
         what: "full cycle vs SET NX PX + SET IFEQ PX + DELIFEQ",
         lease: &[Step::Acquire, Step::Renew, Step::Release],
         other: &[Step::SetNxPx, Step::SetIfeqPx, Step::DelIfeq],
-        max: [NO_NATIVE, NO_NATIVE, NO_NATIVE, 1.42],
-        goal: "≤ 1.0 (call() and whole)",
+        // Measured 1.416 on Valkey 9.1 (Valkey 8.1 has no DELIFEQ, Redis 8.2 and 7.0
+        // neither native); about 4% above.
+        max: [NO_NATIVE, NO_NATIVE, NO_NATIVE, 1.47],
+        goal: "≤ 1.0 on Valkey 9.1, call() and whole",
     },
     Bound {
         what: "LEASE.ACQUIRE vs SET NX PX",
@@ -225,21 +235,23 @@ const BOUNDS: &[Bound] = &[
         other: &[Step::SetNxPx],
         // Raised from [1.57, 1.49, 1.83, 1.76] with the one commit path (above).
         max: [1.61, 1.53, 1.87, 1.80],
-        goal: "≤ 1.2",
+        goal: "≤ 1.2 where the server has the natives",
     },
     Bound {
         what: "LEASE.RENEW vs SET IFEQ PX",
         lease: &[Step::Renew],
         other: &[Step::SetIfeqPx],
-        max: [NO_NATIVE, NO_NATIVE, 1.10, 1.10],
-        goal: "≤ 1.0",
+        // Measured 1.121 and 1.094.
+        max: [NO_NATIVE, NO_NATIVE, 1.17, 1.14],
+        goal: "≤ 1.0 where the server has it",
     },
     Bound {
         what: "LEASE.RELEASE vs DELIFEQ",
         lease: &[Step::Release],
         other: &[Step::DelIfeq],
-        max: [NO_NATIVE, NO_NATIVE, NO_NATIVE, 1.35],
-        goal: "≤ 1.0",
+        // Measured 1.334.
+        max: [NO_NATIVE, NO_NATIVE, NO_NATIVE, 1.39],
+        goal: "≤ 1.0 where the server has it",
     },
     Bound {
         what: "LEASE.RENEW vs EVALSHA compare-and-pexpire",
@@ -270,7 +282,9 @@ const BOUNDS: &[Bound] = &[
         what: "LEASE.FENCE … INCR vs INCR",
         lease: &[Step::FenceIncr],
         other: &[Step::Incr],
-        max: [8.0, 8.0, 8.0, 8.0],
+        // Measured 6.67, 6.21, 7.48, 7.00: the inner command runs through
+        // `RM_Call`. About 6% above, INCR moving by up to 7% between runs (above).
+        max: [7.1, 6.6, 7.95, 7.6],
         goal: "≤ 3.0",
     },
 ];
@@ -867,7 +881,13 @@ impl Tax {
     /// With the module over without it, idle or among live leases.
     fn ratio(&self, op: TaxOp, live: bool) -> Cost {
         let with = self.cost(Run { module: true, live }, op);
-        let without = self.cost(Run { module: false, live }, op);
+        let without = self.cost(
+            Run {
+                module: false,
+                live,
+            },
+            op,
+        );
         with.over(without)
     }
 }
@@ -938,48 +958,51 @@ struct TaxBound {
 }
 
 /// Today's taxes plus a margin: the current state, held so that it gets no worse, not
-/// issue 27's goal (at most 1.01 whole-process on every step). Lower them as the tax
-/// goes down.
+/// issue 27's goal (at most 1.01 whole-process on every step). Each is the larger of
+/// the two passes' ratios measured at this commit plus 0.05 whole-process and 0.07 in
+/// `call()` (a step of 1,000 cheap commands moves by a few percent between runs, more
+/// in `call()`, where `PING` counts under 1,000 instructions). Lower them as the tax goes
+/// down.
 const TAX_BOUNDS: &[TaxBound] = &[
     TaxBound {
         op: TaxOp::Set,
-        whole: [1.2, 1.2, 1.2, 1.2],
-        call: [1.2, 1.2, 1.2, 1.2],
+        whole: [1.12, 1.11, 1.09, 1.11],
+        call: [1.13, 1.12, 1.09, 1.16],
     },
     TaxBound {
         op: TaxOp::Get,
-        whole: [1.2, 1.2, 1.2, 1.2],
-        call: [1.2, 1.2, 1.2, 1.2],
+        whole: [1.11, 1.12, 1.11, 1.09],
+        call: [1.12, 1.12, 1.09, 1.08],
     },
     TaxBound {
         op: TaxOp::SetPx,
-        whole: [1.2, 1.2, 1.2, 1.2],
-        call: [1.2, 1.2, 1.2, 1.2],
+        whole: [1.20, 1.21, 1.13, 1.12],
+        call: [1.27, 1.28, 1.17, 1.19],
     },
     TaxBound {
         op: TaxOp::Expire,
-        whole: [1.2, 1.2, 1.2, 1.2],
-        call: [1.2, 1.2, 1.2, 1.2],
+        whole: [1.24, 1.28, 1.18, 1.16],
+        call: [1.37, 1.39, 1.29, 1.31],
     },
     TaxBound {
         op: TaxOp::Incr,
-        whole: [1.2, 1.2, 1.2, 1.2],
-        call: [1.2, 1.2, 1.2, 1.2],
+        whole: [1.11, 1.12, 1.11, 1.11],
+        call: [1.11, 1.12, 1.11, 1.14],
     },
     TaxBound {
         op: TaxOp::Del,
-        whole: [1.2, 1.2, 1.2, 1.2],
-        call: [1.2, 1.2, 1.2, 1.2],
+        whole: [1.17, 1.28, 1.17, 1.15],
+        call: [1.37, 1.36, 1.23, 1.28],
     },
     TaxBound {
         op: TaxOp::Ping,
-        whole: [1.2, 1.2, 1.2, 1.2],
-        call: [1.2, 1.2, 1.2, 1.2],
+        whole: [1.12, 1.16, 1.12, 1.12],
+        call: [1.10, 1.12, 1.08, 1.21],
     },
     TaxBound {
         op: TaxOp::Multi,
-        whole: [1.2, 1.2, 1.2, 1.2],
-        call: [1.2, 1.2, 1.2, 1.2],
+        whole: [1.14, 1.16, 1.12, 1.12],
+        call: [1.19, 1.21, 1.14, 1.17],
     },
 ];
 
@@ -1035,7 +1058,8 @@ fn tax_report(md: &mut String, all: &[Counts], n: usize) -> bool {
             for c in all {
                 let r = c.tax.ratio(op, live);
                 let at = Flavor::ALL.iter().position(|&f| f == c.flavor).unwrap_or(0);
-                let (whole, call) = bound.map_or((f64::NAN, f64::NAN), |b| (b.whole[at], b.call[at]));
+                let (whole, call) =
+                    bound.map_or((f64::NAN, f64::NAN), |b| (b.whole[at], b.call[at]));
                 let within = r.whole <= whole && r.call <= call;
                 ok &= within;
                 let over = if within { "" } else { " **over**" };
@@ -1502,7 +1526,13 @@ fn run_step(conn: &mut Conn, step: Step, n: usize, scripts: &Scripts, natives: N
                 let (resource, inner) = (key("fr", i % COUNTER_KEYS), key("fx", i % COUNTER_KEYS));
                 encode(
                     b,
-                    &[b"LEASE.FENCE", &resource, &decimal(i as u64 + 1), b"INCR", &inner],
+                    &[
+                        b"LEASE.FENCE",
+                        &resource,
+                        &decimal(i as u64 + 1),
+                        b"INCR",
+                        &inner,
+                    ],
                 )
             },
             |_, r| r.int().is_some(),
@@ -1526,14 +1556,20 @@ struct Counts {
 impl Counts {
     /// The steps' costs summed; NaN when one of them was not counted.
     fn sum(&self, steps: &[Step]) -> Cost {
-        steps.iter().fold(Cost { call: 0.0, whole: 0.0 }, |sum, s| {
-            let cost = self
-                .per_call
-                .iter()
-                .find(|(step, _)| step == s)
-                .map_or(Cost::MISSING, |&(_, c)| c);
-            sum.plus(cost)
-        })
+        steps.iter().fold(
+            Cost {
+                call: 0.0,
+                whole: 0.0,
+            },
+            |sum, s| {
+                let cost = self
+                    .per_call
+                    .iter()
+                    .find(|(step, _)| step == s)
+                    .map_or(Cost::MISSING, |&(_, c)| c);
+                sum.plus(cost)
+            },
+        )
     }
 
     fn ratio(&self, bound: &Bound) -> Cost {
@@ -1582,7 +1618,10 @@ fn count(flavor: Flavor, options: &Options) -> Counts {
     let mut per_call = Vec::new();
     for step in Step::ALL {
         if let Some(why) = step.missing(natives) {
-            eprintln!("instructions: {flavor} {:<40} not counted: {why}", step.label());
+            eprintln!(
+                "instructions: {flavor} {:<40} not counted: {why}",
+                step.label()
+            );
             continue;
         }
         conn.must(&["SELECT", step.db()]);
@@ -1707,7 +1746,10 @@ fn report(all: &[Counts], options: &Options) -> (String, bool) {
          slower unnoticed; issue 27's goals, in the last column, are where they are to \
          be lowered to.\n"
     );
-    let _ = write!(md, "| Ratio, redis-lease over: call() [whole process] (bound) |");
+    let _ = write!(
+        md,
+        "| Ratio, redis-lease over: call() [whole process] (bound) |"
+    );
     for c in all {
         let _ = write!(md, " {} |", c.version);
     }
