@@ -9,8 +9,9 @@
 //! - `throughput`: acquire/renew/release cycles per second, all clients on one key that
 //!   already holds 1, 100 or 10,000 other holds.
 //! - `memory`: `used_memory` delta and `MEMORY USAGE` per hold, 100,000 holds on one key
-//!   and 100,000 keys with one hold each (`lease.max-holders` raised for it); with
-//!   `--memory`, exclusive leases against `SET NX PX` strings as well.
+//!   and 100,000 keys with one hold each (`lease.max-holders` raised for it), the latter
+//!   also against a one-member sorted set with `PEXPIRE` per key; with `--memory`,
+//!   1,000,000 exclusive leases against `SET NX PX` strings as well (10-byte names).
 
 use std::sync::{Arc, Barrier};
 use std::thread;
