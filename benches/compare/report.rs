@@ -962,16 +962,27 @@ pub fn shared_tables(
 }
 
 /// One table of every server's memory medians (`memory.md`), bytes.
-fn memory_summary(out: &mut String, results: &[SharedServer]) {
-    let _ = write!(out, "| Bytes (medians) |");
+/// A table header with one column per server, and a last column `last` when given.
+fn server_header(out: &mut String, first: &str, results: &[SharedServer], last: Option<&str>) {
+    let _ = write!(out, "| {first} |");
     for r in results {
         let _ = write!(out, " {} |", r.version);
+    }
+    if let Some(last) = last {
+        let _ = write!(out, " {last} |");
     }
     let _ = write!(out, "\n|---|");
     for _ in results {
         let _ = write!(out, "---:|");
     }
+    if last.is_some() {
+        out.push_str("---|");
+    }
     out.push('\n');
+}
+
+fn memory_summary(out: &mut String, results: &[SharedServer]) {
+    server_header(out, "Bytes (medians)", results, None);
     type Pick = fn(&SharedResult) -> Option<f64>;
     let mut rows: Vec<(String, Pick)> = vec![
         ("exclusive lease, `MEMORY USAGE`".into(), |s| {
@@ -1057,15 +1068,12 @@ fn memory_summary(out: &mut String, results: &[SharedServer]) {
 
 /// Issue 27's memory goals beside the measured ratios of `used_memory` deltas.
 fn memory_goals(out: &mut String, results: &[SharedServer]) {
-    let _ = write!(out, "| Ratio of `used_memory` deltas (medians) |");
-    for r in results {
-        let _ = write!(out, " {} |", r.version);
-    }
-    let _ = write!(out, " Goal (issue 27) |\n|---|");
-    for _ in results {
-        let _ = write!(out, "---:|");
-    }
-    out.push_str("---|\n");
+    server_header(
+        out,
+        "Ratio of `used_memory` deltas (medians)",
+        results,
+        Some("Goal (issue 27)"),
+    );
     type Ratio = fn(&SharedResult) -> Option<f64>;
     let rows: [(&str, Ratio, &str); 2] = [
         (
