@@ -958,50 +958,52 @@ struct TaxBound {
 }
 
 /// Today's taxes plus a margin: the current state, held so that it gets no worse, not
-/// issue 27's goal (at most 1.01 whole-process on every step). Each is the larger of
-/// the two passes' ratios measured at this commit plus 0.05 whole-process and 0.07 in
-/// `call()` (a step of 1,000 cheap commands moves by a few percent between runs, more
-/// in `call()`, where `PING` counts under 1,000 instructions). Lower them as the tax goes
-/// down.
+/// issue 27's goal (at most 1.01 whole-process on every step). Each is the largest of
+/// both passes' ratios over two runs of the four servers at this commit, plus 0.08
+/// whole-process and 0.07 in `call()`. Whole-process counts of cheap commands move more
+/// between runs than `call()`'s (Redis 7.0's `DEL` tax 1.10 to 1.21, `PING` 1.06 to
+/// 1.13): how many commands each read of the socket finds depends on timing, and the
+/// event loop's cost per pass falls on fewer or more commands. Lower them as the tax
+/// goes down.
 const TAX_BOUNDS: &[TaxBound] = &[
     TaxBound {
         op: TaxOp::Set,
-        whole: [1.12, 1.11, 1.09, 1.11],
+        whole: [1.19, 1.14, 1.12, 1.14],
         call: [1.13, 1.12, 1.09, 1.16],
     },
     TaxBound {
         op: TaxOp::Get,
-        whole: [1.11, 1.12, 1.11, 1.09],
+        whole: [1.14, 1.15, 1.14, 1.12],
         call: [1.12, 1.12, 1.09, 1.08],
     },
     TaxBound {
         op: TaxOp::SetPx,
-        whole: [1.20, 1.21, 1.13, 1.12],
-        call: [1.27, 1.28, 1.17, 1.19],
+        whole: [1.23, 1.25, 1.20, 1.17],
+        call: [1.27, 1.29, 1.24, 1.22],
     },
     TaxBound {
         op: TaxOp::Expire,
-        whole: [1.24, 1.28, 1.18, 1.16],
-        call: [1.37, 1.39, 1.29, 1.31],
+        whole: [1.27, 1.32, 1.21, 1.20],
+        call: [1.37, 1.41, 1.29, 1.32],
     },
     TaxBound {
         op: TaxOp::Incr,
-        whole: [1.11, 1.12, 1.11, 1.11],
-        call: [1.11, 1.12, 1.11, 1.14],
+        whole: [1.16, 1.15, 1.14, 1.15],
+        call: [1.12, 1.13, 1.11, 1.14],
     },
     TaxBound {
         op: TaxOp::Del,
-        whole: [1.17, 1.28, 1.17, 1.15],
+        whole: [1.29, 1.31, 1.20, 1.18],
         call: [1.37, 1.36, 1.23, 1.28],
     },
     TaxBound {
         op: TaxOp::Ping,
-        whole: [1.12, 1.16, 1.12, 1.12],
+        whole: [1.21, 1.19, 1.15, 1.15],
         call: [1.10, 1.12, 1.08, 1.21],
     },
     TaxBound {
         op: TaxOp::Multi,
-        whole: [1.14, 1.16, 1.12, 1.12],
+        whole: [1.18, 1.19, 1.15, 1.16],
         call: [1.19, 1.21, 1.14, 1.17],
     },
 ];
