@@ -31,8 +31,19 @@
 //! the session's RENEW with 100,000 bound holds counts at most 5% more than with none, and
 //! that an ACQUIRE with SESSION counts at most 1.5 times a plain one.
 //!
+//! Issue 27 adds three things. The servers' own compare-and-set commands, where a server
+//! has them (found by trying them): `SET key token IFEQ token PX ttl` to renew and
+//! `DELIFEQ key token` (or Redis 8.4's `DELEX key IFEQ token`) to release, counted like
+//! the rest, and ratios of redis-lease over them. Beside each `call()` count, the whole
+//! process's count for the step per command (parsing, command filters, replies; the
+//! servers' clock-driven timers left out). And the tax on other commands: the same
+//! binary without the module and with it, idle and among 100,000 live leases, counting
+//! `PING`, `GET`, `SET`, `SET PX`, `DEL`, `INCR`, `EXPIRE` and a transaction of them.
+//! CI holds every ratio at today's figure plus a margin; the report states the issue's
+//! goal beside each.
+//!
 //! Usage: `cargo bench --bench instructions -- [--servers LIST] [--calls N]
-//! [--shared-calls N] [--session-calls N] [--out FILE]` (`scripts/instructions` installs
+//! [--shared-calls N] [--session-calls N] [--tax-calls N] [--out FILE]` (`scripts/instructions` installs
 //! valgrind and the servers, then runs this).
 
 use std::fmt::Write as _;
@@ -58,21 +69,27 @@ enum Step {
     SetNxPx,
     EvalRenew,
     EvalRelease,
+    SetIfeqPx,
+    DelIfeq,
     Incr,
     Fence,
+    FenceIncr,
 }
 
 impl Step {
     /// In the order they run: each way's renewals and releases find its grants.
-    const ALL: [Step; 8] = [
+    const ALL: [Step; 11] = [
         Step::Acquire,
         Step::Renew,
         Step::Release,
         Step::SetNxPx,
         Step::EvalRenew,
         Step::EvalRelease,
+        Step::SetIfeqPx,
+        Step::DelIfeq,
         Step::Incr,
         Step::Fence,
+        Step::FenceIncr,
     ];
 
     fn label(self) -> &'static str {
@@ -83,26 +100,99 @@ impl Step {
             Step::SetNxPx => "SET key token NX PX ttl",
             Step::EvalRenew => "EVALSHA compare-and-pexpire",
             Step::EvalRelease => "EVALSHA compare-and-delete",
+            Step::SetIfeqPx => "SET key token IFEQ token PX ttl",
+            Step::DelIfeq => "DELIFEQ key token",
             Step::Incr => "INCR counter",
             Step::Fence => "LEASE.FENCE resource fence",
+            Step::FenceIncr => "LEASE.FENCE resource fence INCR counter",
         }
     }
 
     fn db(self) -> &'static str {
         match self {
-            Step::SetNxPx | Step::EvalRenew | Step::EvalRelease | Step::Incr => "1",
+            Step::SetNxPx
+            | Step::EvalRenew
+            | Step::EvalRelease
+            | Step::SetIfeqPx
+            | Step::DelIfeq
+            | Step::Incr => "1",
             _ => "0",
+        }
+    }
+
+    /// Why the step is not counted on a server without `natives`, or `None` when it is.
+    fn missing(self, natives: Natives) -> Option<&'static str> {
+        match self {
+            Step::SetIfeqPx if !natives.set_ifeq => Some("no `SET … IFEQ`"),
+            Step::DelIfeq if natives.del_ifeq.is_none() => Some("no `DELIFEQ` or `DELEX … IFEQ`"),
+            _ => None,
         }
     }
 }
 
-/// A bound on a ratio of instructions per call, redis-lease over the Lua way, for each
-/// server (in `Flavor::ALL` order: their allocators and module APIs differ).
+/// The server's own compare-and-set commands, where it has them: `SET key value IFEQ
+/// old` (Valkey 8.1, Redis 8.4) and compare-and-delete as `DELIFEQ key value` (Valkey
+/// 9.0) or `DELEX key IFEQ value` (Redis 8.4). Found by trying them, not from the
+/// version string.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Natives {
+    set_ifeq: bool,
+    del_ifeq: Option<DelIfeq>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum DelIfeq {
+    /// `DELIFEQ key value`.
+    Delifeq,
+    /// `DELEX key IFEQ value`.
+    Delex,
+}
+
+impl DelIfeq {
+    fn args<'a>(self, k: &'a [u8], t: &'a [u8]) -> Vec<&'a [u8]> {
+        match self {
+            DelIfeq::Delifeq => vec![b"DELIFEQ", k, t],
+            DelIfeq::Delex => vec![b"DELEX", k, b"IFEQ", t],
+        }
+    }
+}
+
+/// Tries each native on a scratch key of the current database, and deletes it after.
+fn natives(conn: &mut Conn) -> Natives {
+    let (k, t): (&[u8], &[u8]) = (b"native:probe", b"probe-token");
+    let mut call = |args: &[&[u8]]| {
+        conn.call(args)
+            .unwrap_or_else(|e| panic!("probing the natives: {e}"))
+    };
+    assert!(call(&[b"SET", k, t]).is_ok(), "SET of the probe key");
+    let set_ifeq = call(&[b"SET", k, t, b"IFEQ", t, b"PX", TTL]).is_ok();
+    let mut del_ifeq = None;
+    for form in [DelIfeq::Delifeq, DelIfeq::Delex] {
+        assert!(call(&[b"SET", k, t]).is_ok(), "SET of the probe key");
+        if call(&form.args(k, t)).int() == Some(1) {
+            del_ifeq = Some(form);
+            break;
+        }
+    }
+    call(&[b"DEL", k]);
+    Natives { set_ifeq, del_ifeq }
+}
+
+/// No bound: the server has not the native the ratio is over.
+const NO_NATIVE: f64 = f64::NAN;
+
+/// A bound on a ratio of instructions per call in `call()`, redis-lease over another way
+/// (the Lua recipe or the server's own commands), for each server (in `Flavor::ALL`
+/// order: their allocators and module APIs differ). `NO_NATIVE` where the server lacks
+/// a native command of `other`; the check fails when a server has it after all, or
+/// loses it.
 struct Bound {
     what: &'static str,
-    native: &'static [Step],
-    lua: &'static [Step],
+    lease: &'static [Step],
+    other: &'static [Step],
     max: [f64; Flavor::ALL.len()],
+    /// Issue 27's goal for this ratio, where it has one.
+    goal: &'static str,
 }
 
 impl Bound {
@@ -116,46 +206,86 @@ impl Bound {
 /// a second key open or an `RM_Call` on a hot path crosses them; the spread between
 /// runs (under 1% for most steps, up to 4% for a few, as incremental rehashing and the
 /// allocator's state fall differently) does not. Lower them when a change makes a
-/// command cheaper.
+/// command cheaper. They hold the current state, not issue 27's goals, which the
+/// `goal` column states.
 const BOUNDS: &[Bound] = &[
     Bound {
         what: "full cycle vs SET NX PX + EVALSHA renew + EVALSHA release",
-        native: &[Step::Acquire, Step::Renew, Step::Release],
-        lua: &[Step::SetNxPx, Step::EvalRenew, Step::EvalRelease],
+        lease: &[Step::Acquire, Step::Renew, Step::Release],
+        other: &[Step::SetNxPx, Step::EvalRenew, Step::EvalRelease],
         // Raised from [0.46, 0.43, 0.54, 0.46] with the one commit path (a change
         // built as a value, then carried out): +1 to 4% on ACQUIRE and RELEASE,
         // measured in the closing note of the commit-path issue. The performance
         // issue's targets (cycle at or under the native trio) are far below these.
         max: [0.475, 0.44, 0.55, 0.47],
+        goal: "≤ 0.35 on all four",
+    },
+    Bound {
+        what: "full cycle vs SET NX PX + SET IFEQ PX + DELIFEQ",
+        lease: &[Step::Acquire, Step::Renew, Step::Release],
+        other: &[Step::SetNxPx, Step::SetIfeqPx, Step::DelIfeq],
+        // Measured 1.416 on Valkey 9.1 (Valkey 8.1 has no DELIFEQ, Redis 8.2 and 7.0
+        // neither native); about 4% above.
+        max: [NO_NATIVE, NO_NATIVE, NO_NATIVE, 1.47],
+        goal: "≤ 1.0 on Valkey 9.1, call() and whole",
     },
     Bound {
         what: "LEASE.ACQUIRE vs SET NX PX",
-        native: &[Step::Acquire],
-        lua: &[Step::SetNxPx],
+        lease: &[Step::Acquire],
+        other: &[Step::SetNxPx],
         // Raised from [1.57, 1.49, 1.83, 1.76] with the one commit path (above).
         max: [1.61, 1.53, 1.87, 1.80],
+        goal: "≤ 1.2 where the server has the natives",
+    },
+    Bound {
+        what: "LEASE.RENEW vs SET IFEQ PX",
+        lease: &[Step::Renew],
+        other: &[Step::SetIfeqPx],
+        // Measured 1.121 and 1.094.
+        max: [NO_NATIVE, NO_NATIVE, 1.17, 1.14],
+        goal: "≤ 1.0 where the server has it",
+    },
+    Bound {
+        what: "LEASE.RELEASE vs DELIFEQ",
+        lease: &[Step::Release],
+        other: &[Step::DelIfeq],
+        // Measured 1.334.
+        max: [NO_NATIVE, NO_NATIVE, NO_NATIVE, 1.39],
+        goal: "≤ 1.0 where the server has it",
     },
     Bound {
         what: "LEASE.RENEW vs EVALSHA compare-and-pexpire",
-        native: &[Step::Renew],
-        lua: &[Step::EvalRenew],
+        lease: &[Step::Renew],
+        other: &[Step::EvalRenew],
         max: [0.28, 0.26, 0.32, 0.28],
+        goal: "",
     },
     Bound {
         what: "LEASE.RELEASE vs EVALSHA compare-and-delete",
-        native: &[Step::Release],
-        lua: &[Step::EvalRelease],
+        lease: &[Step::Release],
+        other: &[Step::EvalRelease],
         max: [0.28, 0.28, 0.34, 0.28],
+        goal: "",
     },
     Bound {
         what: "LEASE.FENCE vs INCR",
-        native: &[Step::Fence],
-        lua: &[Step::Incr],
+        lease: &[Step::Fence],
+        other: &[Step::Incr],
         // Valkey 9's INCR counted 1,761 to 1,892 between runs (FENCE 2,569
         // every time): the bound sits above the lowest INCR. Redis 7.0's
         // FENCE counted 2,246 to 2,341 over builds of this stop (a resource
         // record's first store is half of the spread), ratio up to 1.32.
         max: [1.38, 1.38, 1.61, 1.53],
+        goal: "≤ 1.1",
+    },
+    Bound {
+        what: "LEASE.FENCE … INCR vs INCR",
+        lease: &[Step::FenceIncr],
+        other: &[Step::Incr],
+        // Measured 6.67, 6.21, 7.48, 7.00: the inner command runs through
+        // `RM_Call`. About 6% above, INCR moving by up to 7% between runs (above).
+        max: [7.1, 6.6, 7.95, 7.6],
+        goal: "≤ 3.0",
     },
 ];
 
@@ -545,7 +675,7 @@ fn count_sessions(counted: &mut Counted, conn: &mut Conn, n: usize) -> Vec<(Sess
         }
         counted.zero();
         run_session_step(conn, op, n);
-        let ir = counted.per_call(n);
+        let ir = counted.per_call(n).call;
         eprintln!(
             "instructions: {} {:<72} {ir:>8.0} per call",
             counted.server.flavor,
@@ -572,11 +702,396 @@ fn session_bound(conn: &mut Conn) -> i64 {
         .unwrap_or_else(|| panic!("LEASE.INFO of the session has no bound: {reply:?}"))
 }
 
+// ---------------------------------------------------------------------------------------
+// The tax on other commands (issue 27)
+//
+// What loading the module costs the commands it has nothing to do with: the servers'
+// own `PING`, `GET`, `SET`, `SET PX`, `DEL`, `INCR`, `EXPIRE` and a transaction of them.
+//
+// The same server binary runs twice under callgrind: without the module, and with it.
+// Each runs the steps twice in a database of their own (`TAX_DB`): first with nothing
+// else in the server (the module idle), then, after `FLUSHDB`, again; between the two
+// the server with the module gets `LIVE_LEASES` exclusive leases of an hour in
+// database 0 (granted with the instrumentation off), the server without it nothing.
+// The ratio of each step, with the module over without, is the tax, whole-process (the
+// issue's measure: the command filter runs before `call()`) and in `call()` (the
+// keyspace events the module subscribes to run inside it).
+
+/// Live leases in the server with the module during the second pass.
+const LIVE_LEASES: usize = 100_000;
+/// The database the steps run in, apart from the leases' database 0.
+const TAX_DB: &str = "9";
+/// `EXPIRE`'s seconds, the same deadline as `TTL`'s milliseconds.
+const EXPIRE_SECONDS: &[u8] = b"3600";
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum TaxOp {
+    Set,
+    Get,
+    SetPx,
+    Expire,
+    Incr,
+    Del,
+    Ping,
+    Multi,
+}
+
+impl TaxOp {
+    /// In the order they run: `SET` creates the keys the next steps read, expire and
+    /// delete.
+    const ALL: [TaxOp; 8] = [
+        TaxOp::Set,
+        TaxOp::Get,
+        TaxOp::SetPx,
+        TaxOp::Expire,
+        TaxOp::Incr,
+        TaxOp::Del,
+        TaxOp::Ping,
+        TaxOp::Multi,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            TaxOp::Set => "SET key value",
+            TaxOp::Get => "GET key",
+            TaxOp::SetPx => "SET key value PX ttl",
+            TaxOp::Expire => "EXPIRE key seconds",
+            TaxOp::Incr => "INCR counter",
+            TaxOp::Del => "DEL key",
+            TaxOp::Ping => "PING",
+            TaxOp::Multi => "MULTI, the seven above, EXEC",
+        }
+    }
+}
+
+/// The commands of a transaction, in order, between `MULTI` and `EXEC`.
+const IN_MULTI: [TaxOp; 7] = [
+    TaxOp::Set,
+    TaxOp::Get,
+    TaxOp::SetPx,
+    TaxOp::Expire,
+    TaxOp::Incr,
+    TaxOp::Del,
+    TaxOp::Ping,
+];
+
+/// Writes `op` for index `i` on `prefix`'s keys (a transaction's are its own).
+fn encode_op(b: &mut Vec<u8>, op: TaxOp, prefix: &str, i: usize) {
+    let (k, v) = (key(prefix, i), token(i));
+    let counter = key("tc", i % COUNTER_KEYS);
+    match op {
+        TaxOp::Set => encode(b, &[b"SET", &k, &v]),
+        TaxOp::Get => encode(b, &[b"GET", &k]),
+        TaxOp::SetPx => encode(b, &[b"SET", &k, &v, b"PX", TTL]),
+        TaxOp::Expire => encode(b, &[b"EXPIRE", &k, EXPIRE_SECONDS]),
+        TaxOp::Incr => encode(b, &[b"INCR", &counter]),
+        TaxOp::Del => encode(b, &[b"DEL", &k]),
+        TaxOp::Ping => encode(b, &[b"PING"]),
+        TaxOp::Multi => {
+            encode(b, &[b"MULTI"]);
+            for inner in IN_MULTI {
+                encode_op(b, inner, prefix, i);
+            }
+            encode(b, &[b"EXEC"]);
+        }
+    }
+}
+
+/// Whether `r` is `op`'s reply for index `i` run alone (each key exists from `SET` to
+/// `DEL`).
+fn expected(op: TaxOp, i: usize, r: &Reply) -> bool {
+    match op {
+        TaxOp::Set | TaxOp::SetPx => r.is_ok(),
+        TaxOp::Get => r.bulk() == Some(&token(i)[..]),
+        TaxOp::Expire | TaxOp::Del => r.int() == Some(1),
+        TaxOp::Incr => r.int().is_some(),
+        TaxOp::Ping => matches!(r, Reply::Status(s) if s == "PONG"),
+        TaxOp::Multi => match r {
+            Reply::Array(Some(replies)) => {
+                replies.len() == IN_MULTI.len()
+                    && IN_MULTI
+                        .iter()
+                        .zip(replies)
+                        .all(|(&inner, r)| expected(inner, i, r))
+            }
+            _ => false,
+        },
+    }
+}
+
+/// How many of `op` a step of `n` sends: a transaction is nine commands, so a quarter
+/// as many of them.
+fn units(op: TaxOp, n: usize) -> usize {
+    match op {
+        TaxOp::Multi => n / 4,
+        _ => n,
+    }
+}
+
+/// Sends `n` of `op`, checking every reply (a transaction's `QUEUED`s too).
+fn run(conn: &mut Conn, op: TaxOp, n: usize) {
+    if op != TaxOp::Multi {
+        return drive(
+            conn,
+            n,
+            op.label(),
+            |i, b| encode_op(b, op, "tx", i),
+            |i, r| expected(op, i, r),
+        );
+    }
+    // One reply per command: MULTI's OK, a QUEUED for each inner command, EXEC's array.
+    let per = IN_MULTI.len() + 2;
+    drive(
+        conn,
+        n * per,
+        op.label(),
+        |j, b| {
+            if j % per == 0 {
+                encode_op(b, op, "tm", j / per);
+            }
+        },
+        |j, r| match j % per {
+            0 => r.is_ok(),
+            at if at == per - 1 => expected(op, j / per, r),
+            _ => matches!(r, Reply::Status(s) if s == "QUEUED"),
+        },
+    );
+}
+
+/// The server with the module (`true`) or without, and the pass: idle (`false`) or
+/// among live leases.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Run {
+    module: bool,
+    live: bool,
+}
+
+struct Tax {
+    counts: Vec<(Run, TaxOp, Cost)>,
+}
+
+impl Tax {
+    fn cost(&self, run: Run, op: TaxOp) -> Cost {
+        self.counts
+            .iter()
+            .find(|&&(r, o, _)| r == run && o == op)
+            .map_or(Cost::MISSING, |&(_, _, c)| c)
+    }
+
+    /// With the module over without it, idle or among live leases.
+    fn ratio(&self, op: TaxOp, live: bool) -> Cost {
+        let with = self.cost(Run { module: true, live }, op);
+        let without = self.cost(
+            Run {
+                module: false,
+                live,
+            },
+            op,
+        );
+        with.over(without)
+    }
+}
+
+/// Counts the tax steps on `flavor`, `n` of each (transactions: `n` transactions).
+fn count_tax(flavor: Flavor, n: usize) -> Tax {
+    let mut counts = Vec::new();
+    for module in [false, true] {
+        let (name, options) = match module {
+            true => ("tax-module", ServerOptions::new()),
+            false => ("tax-plain", ServerOptions::without_module()),
+        };
+        let mut counted = Counted::start_in(flavor, &format!("{}-{name}", flavor.name()), options);
+        let mut conn = Conn::connect(counted.server.port)
+            .unwrap_or_else(|e| panic!("cannot connect to {flavor}: {e}"));
+        for live in [false, true] {
+            if live {
+                conn.must(&["FLUSHDB"]);
+                if module {
+                    grant_live_leases(&mut counted, &mut conn);
+                }
+            }
+            conn.must(&["SELECT", TAX_DB]);
+            for op in TaxOp::ALL {
+                counted.zero();
+                run(&mut conn, op, units(op, n));
+                let calls = if op == TaxOp::Multi { 2 } else { 1 };
+                let cost = counted.per_unit(units(op, n), calls);
+                eprintln!(
+                    "instructions: {flavor} tax, {}{}: {:<30} {:>8.0} per call, {:>8.0} whole-process",
+                    if module { "module" } else { "no module" },
+                    if live { ", live leases" } else { "" },
+                    op.label(),
+                    cost.call,
+                    cost.whole
+                );
+                counts.push((Run { module, live }, op, cost));
+            }
+        }
+    }
+    Tax { counts }
+}
+
+/// `LIVE_LEASES` exclusive leases of an hour in database 0, granted with the
+/// instrumentation off (set-up, not counted), then checked to be there.
+fn grant_live_leases(counted: &mut Counted, conn: &mut Conn) {
+    conn.must(&["SELECT", "0"]);
+    counted.instrument(false);
+    drive(
+        conn,
+        LIVE_LEASES,
+        "grant the live leases",
+        |i, b| acquire(b, &key("live", i), &token(i), TTL),
+        |_, r| r.is_grant(),
+    );
+    counted.instrument(true);
+    let keys = conn.must(&["DBSIZE"]).int();
+    assert_eq!(keys, Some(LIVE_LEASES as i64), "live leases in database 0");
+}
+
+/// A bound on the tax of one step, with the module over without, idle and among live
+/// leases alike, whole-process and in `call()`, for each server (in `Flavor::ALL`
+/// order).
+struct TaxBound {
+    op: TaxOp,
+    whole: [f64; Flavor::ALL.len()],
+    call: [f64; Flavor::ALL.len()],
+}
+
+/// Today's taxes plus a margin: the current state, held so that it gets no worse, not
+/// issue 27's goal (at most 1.01 whole-process on every step). Each is the largest of
+/// both passes' ratios over two runs of the four servers at this commit, plus 0.08
+/// whole-process and 0.07 in `call()`. Whole-process counts of cheap commands move more
+/// between runs than `call()`'s (Redis 7.0's `DEL` tax 1.10 to 1.21, `PING` 1.06 to
+/// 1.13): how many commands each read of the socket finds depends on timing, and the
+/// event loop's cost per pass falls on fewer or more commands. Lower them as the tax
+/// goes down.
+const TAX_BOUNDS: &[TaxBound] = &[
+    TaxBound {
+        op: TaxOp::Set,
+        whole: [1.19, 1.14, 1.12, 1.14],
+        call: [1.13, 1.12, 1.09, 1.16],
+    },
+    TaxBound {
+        op: TaxOp::Get,
+        whole: [1.14, 1.15, 1.14, 1.12],
+        call: [1.12, 1.12, 1.09, 1.08],
+    },
+    TaxBound {
+        op: TaxOp::SetPx,
+        whole: [1.23, 1.25, 1.20, 1.17],
+        call: [1.27, 1.29, 1.24, 1.22],
+    },
+    TaxBound {
+        op: TaxOp::Expire,
+        whole: [1.27, 1.32, 1.21, 1.20],
+        call: [1.37, 1.41, 1.29, 1.32],
+    },
+    TaxBound {
+        op: TaxOp::Incr,
+        whole: [1.16, 1.15, 1.14, 1.15],
+        call: [1.12, 1.13, 1.11, 1.14],
+    },
+    TaxBound {
+        op: TaxOp::Del,
+        whole: [1.29, 1.31, 1.20, 1.18],
+        call: [1.37, 1.36, 1.23, 1.28],
+    },
+    TaxBound {
+        op: TaxOp::Ping,
+        whole: [1.21, 1.19, 1.15, 1.15],
+        call: [1.10, 1.12, 1.08, 1.21],
+    },
+    TaxBound {
+        op: TaxOp::Multi,
+        whole: [1.18, 1.19, 1.15, 1.16],
+        call: [1.19, 1.21, 1.14, 1.17],
+    },
+];
+
+/// The tax tables; false when a ratio is over its bound.
+fn tax_report(md: &mut String, all: &[Counts], n: usize) -> bool {
+    let mut ok = true;
+    let _ = writeln!(
+        md,
+        "\n## The tax on other commands\n\n\
+         The same server binary run twice under callgrind, without the module and with \
+         it; each runs the steps below, {n} of each ({multi} transactions, counted per \
+         transaction) on distinct keys of database {TAX_DB} with 32-byte \
+         values (`INCR` on {COUNTER_KEYS} counters), first with nothing else in the \
+         server (the module idle), then after `FLUSHDB` again, once the server with \
+         the module holds {live} exclusive leases of an hour in database 0 (granted \
+         with callgrind's instrumentation off). Whole-process counts (timers aside, as \
+         above), then `call()`'s, per command.\n\n\
+         Issue 27's goal: a tax of at most 1% (a ratio of at most 1.01, whole-process), \
+         idle and with {live} leases live, on all four servers. The bounds (in \
+         parentheses, `TAX_BOUNDS` in `benches/instructions.rs`, each for both \
+         passes) hold today's figures plus a margin so that the tax can only go down; \
+         they are not the goal.\n",
+        live = thousands(LIVE_LEASES),
+        multi = units(TaxOp::Multi, n),
+    );
+    let passes = [
+        (false, "no module", "module idle"),
+        (true, "no module, second pass", "module, live leases"),
+    ];
+    header(md, "Command: whole process [call()]", all);
+    for op in TaxOp::ALL {
+        for (live, without, with) in passes {
+            for (module, what) in [(false, without), (true, with)] {
+                let _ = write!(md, "| `{}`, {what} |", op.label());
+                for c in all {
+                    let cost = c.tax.cost(Run { module, live }, op);
+                    let _ = write!(md, " {:.0} [{:.0}] |", cost.whole, cost.call);
+                }
+                md.push('\n');
+            }
+        }
+    }
+    md.push('\n');
+    header(
+        md,
+        "Tax, with the module over without: whole process [call()] (bounds)",
+        all,
+    );
+    for op in TaxOp::ALL {
+        let bound = TAX_BOUNDS.iter().find(|b| b.op == op);
+        for (live, what) in [(false, "idle"), (true, "live leases")] {
+            let _ = write!(md, "| `{}`, {what} |", op.label());
+            for c in all {
+                let r = c.tax.ratio(op, live);
+                let at = Flavor::ALL.iter().position(|&f| f == c.flavor).unwrap_or(0);
+                let (whole, call) =
+                    bound.map_or((f64::NAN, f64::NAN), |b| (b.whole[at], b.call[at]));
+                let within = r.whole <= whole && r.call <= call;
+                ok &= within;
+                let over = if within { "" } else { " **over**" };
+                let _ = write!(
+                    md,
+                    " {:.3} [{:.3}] (≤ {whole:.2} [{call:.2}]){over} |",
+                    r.whole, r.call
+                );
+                if !within {
+                    eprintln!(
+                        "instructions: {}: the tax on {} ({what}) is {:.3} whole-process, {:.3} in call(), over its bounds {whole:.2}, {call:.2}",
+                        c.flavor,
+                        op.label(),
+                        r.whole,
+                        r.call
+                    );
+                }
+            }
+            md.push('\n');
+        }
+    }
+    ok
+}
+
 struct Options {
     flavors: Vec<Flavor>,
     calls: usize,
     shared_calls: usize,
     session_calls: usize,
+    tax_calls: usize,
     out: Option<PathBuf>,
 }
 
@@ -585,6 +1100,7 @@ const USAGE: &str = "usage: cargo bench --bench instructions -- [--servers redis
   --calls N          commands per step (default 20000)
   --shared-calls N   commands per shared-hold step at each size (default 1000)
   --session-calls N  commands per session step (default 2000)
+  --tax-calls N      commands per step of the tax table (default 1000)
   --out FILE         also write the tables as markdown to FILE";
 
 fn fail(message: &str) -> ! {
@@ -598,6 +1114,7 @@ fn parse_options() -> Options {
         calls: 20_000,
         shared_calls: 1000,
         session_calls: 2000,
+        tax_calls: 1000,
         out: None,
     };
     let mut args = std::env::args().skip(1);
@@ -643,6 +1160,14 @@ fn parse_options() -> Options {
                     .filter(|&n| n >= 100)
                     .unwrap_or_else(|| fail(&format!("bad --session-calls {v:?} (at least 100)")));
             }
+            "--tax-calls" => {
+                let v = value("--tax-calls");
+                options.tax_calls = v
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| n >= 400)
+                    .unwrap_or_else(|| fail(&format!("bad --tax-calls {v:?} (at least 400)")));
+            }
             "--out" => options.out = Some(PathBuf::from(value("--out"))),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -663,14 +1188,19 @@ struct Counted {
 
 impl Counted {
     fn start(flavor: Flavor) -> Counted {
+        Counted::start_in(flavor, flavor.name(), ServerOptions::new())
+    }
+
+    /// A server started with `options` (the launcher is callgrind's), its dumps in
+    /// `target/instructions/<dir>`.
+    fn start_in(flavor: Flavor, dir: &str, mut options: ServerOptions) -> Counted {
         let dir = harness::repo_dir()
             .join("target")
             .join("instructions")
-            .join(flavor.name());
+            .join(dir);
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
-        let mut options = ServerOptions::new();
         options.launcher = vec![
             "valgrind".into(),
             "--tool=callgrind".into(),
@@ -679,7 +1209,7 @@ impl Counted {
             "--compress-pos=no".into(),
             format!("--callgrind-out-file={}/callgrind.%p", dir.display()),
         ];
-        let server = Server::start_with(flavor, options);
+        let server = start_patiently(flavor, options);
         Counted {
             server,
             dir,
@@ -713,7 +1243,16 @@ impl Counted {
 
     /// Dumps the counters and reads them: instructions per top-level `call()`, checking
     /// that the server ran exactly `calls` commands since the last zero.
-    fn per_call(&mut self, calls: usize) -> f64 {
+    fn per_call(&mut self, calls: usize) -> Cost {
+        self.per_unit(calls, 1)
+    }
+
+    /// Dumps the counters and reads them, per unit of work: the inclusive cost of
+    /// `call()` and the whole process's count since the last zero, each divided by
+    /// `units`, checking that `call()` was entered from outside itself exactly
+    /// `units * calls_per_unit` times (a `MULTI … EXEC` enters it twice: the commands
+    /// queued in between run inside `EXEC`'s).
+    fn per_unit(&mut self, units: usize, calls_per_unit: usize) -> Cost {
         self.control("-d");
         self.dumps += 1;
         let path = self
@@ -722,14 +1261,115 @@ impl Counted {
         let dump = std::fs::read_to_string(&path)
             .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
         let (cost, counted) = call_cost(&dump, &path);
+        let calls = units * calls_per_unit;
         if counted != calls as u64 {
             panic!(
                 "{}: {counted} commands ran where {calls} were sent",
                 path.display()
             );
         }
-        cost as f64 / calls as f64
+        let whole = summary(&dump, &path) - callee_cost(&dump, TIMERS, &path);
+        Cost {
+            call: cost as f64 / units as f64,
+            whole: whole as f64 / units as f64,
+        }
     }
+}
+
+/// Starts the server, trying again when it does not answer in the harness's start
+/// time: under valgrind on a loaded two-core machine its start-up can take that long.
+fn start_patiently(flavor: Flavor, options: ServerOptions) -> Server {
+    const ATTEMPTS: usize = 3;
+    for attempt in 1.. {
+        let options = options.clone();
+        match std::panic::catch_unwind(|| Server::start_with(flavor, options)) {
+            Ok(server) => return server,
+            Err(e) if attempt < ATTEMPTS => {
+                let why = e
+                    .downcast_ref::<String>()
+                    .map_or("", |s| s.lines().next().unwrap_or(""));
+                eprintln!("instructions: {flavor} did not start ({why}), trying again");
+            }
+            Err(e) => std::panic::resume_unwind(e),
+        }
+    }
+    unreachable!("the loop returns or panics")
+}
+
+/// Instructions per command (or per unit of work, such as a transaction), counted two
+/// ways in one step.
+#[derive(Clone, Copy, Debug)]
+struct Cost {
+    /// The inclusive cost of the server's `call()`: the command itself, what it
+    /// replicates, the server's bookkeeping around it.
+    call: f64,
+    /// Everything the process ran during the step but its timers (`TIMERS`):
+    /// reading and parsing the requests, command filters, `call()`, writing the
+    /// replies, the event loop.
+    whole: f64,
+}
+
+impl Cost {
+    const MISSING: Cost = Cost {
+        call: f64::NAN,
+        whole: f64::NAN,
+    };
+
+    fn plus(self, other: Cost) -> Cost {
+        Cost {
+            call: self.call + other.call,
+            whole: self.whole + other.whole,
+        }
+    }
+
+    fn over(self, base: Cost) -> Cost {
+        Cost {
+            call: self.call / base.call,
+            whole: self.whole / base.whole,
+        }
+    }
+}
+
+/// The servers' timers. They run by the clock, not per command, so how much of them
+/// falls in a step depends on how long it takes under callgrind on a shared machine
+/// (their cost in a step of a few thousand cheap commands moves a whole-process count
+/// by up to 10%): the whole-process count leaves them out.
+const TIMERS: &[&str] = &["serverCron", "moduleTimerHandler", "clientsTimeProc"];
+
+/// The inclusive cost of every call to one of `names` from outside them, in a callgrind
+/// dump written with `--compress-strings=no --compress-pos=no`: the cost line after
+/// each such `calls=` line.
+fn callee_cost(dump: &str, names: &[&str], path: &Path) -> u64 {
+    let (mut caller_is_one, mut callee_is_one, mut after_calls) = (false, false, false);
+    let mut cost = 0u64;
+    for line in dump.lines() {
+        if let Some(name) = line.strip_prefix("fn=") {
+            caller_is_one = names.contains(&name);
+        } else if let Some(name) = line.strip_prefix("cfn=") {
+            callee_is_one = names.contains(&name);
+        } else if line.starts_with("calls=") {
+            after_calls = true;
+        } else if after_calls {
+            if callee_is_one && !caller_is_one {
+                cost += line
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|f| f.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("{}: cannot read {line:?}", path.display()));
+            }
+            after_calls = false;
+        }
+    }
+    cost
+}
+
+/// The process's instruction count in a callgrind dump: its `summary:` line, every
+/// event since the counters were last zeroed.
+fn summary(dump: &str, path: &Path) -> u64 {
+    dump.lines()
+        .find_map(|l| l.strip_prefix("summary:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{}: no summary line", path.display()))
 }
 
 /// The inclusive instruction count of the function `call` in a callgrind dump written
@@ -770,8 +1410,28 @@ fn call_cost(dump: &str, path: &Path) -> (u64, u64) {
     (cost, entered)
 }
 
+/// The keys of the native steps: `SET … IFEQ` renews them, `DELIFEQ` deletes them.
+fn native_key(i: usize) -> Vec<u8> {
+    key("na", i)
+}
+
+/// What a step needs in place before its counters are zeroed: the native renewal finds
+/// `SET NX PX` grants on its keys (the same command as the counted `SET NX PX` step, on
+/// keys of their own).
+fn prepare_step(conn: &mut Conn, step: Step, n: usize) {
+    if step == Step::SetIfeqPx {
+        drive(
+            conn,
+            n,
+            "SET NX PX for the native renewal",
+            |i, b| set_nx_px(b, &native_key(i), &token(i), TTL),
+            |_, r| r.is_ok(),
+        );
+    }
+}
+
 /// Sends step `step`'s `n` commands, checking every reply.
-fn run_step(conn: &mut Conn, step: Step, n: usize, scripts: &Scripts) {
+fn run_step(conn: &mut Conn, step: Step, n: usize, scripts: &Scripts, natives: Natives) {
     let k = |i: usize| key("ir", i);
     // The Lua way on names no lease ever had, as a server that runs both on
     // different keys sees it: the module's cost on other keys' TTLs (the
@@ -829,11 +1489,54 @@ fn run_step(conn: &mut Conn, step: Step, n: usize, scripts: &Scripts) {
             |i, b| encode(b, &[b"INCR", &counter(i)]),
             |_, r| r.int().is_some(),
         ),
+        Step::SetIfeqPx => drive(
+            conn,
+            n,
+            what,
+            |i, b| {
+                let (k, t) = (native_key(i), token(i));
+                encode(b, &[b"SET", &k, &t, b"IFEQ", &t, b"PX", TTL])
+            },
+            |_, r| r.is_ok(),
+        ),
+        Step::DelIfeq => {
+            let form = natives
+                .del_ifeq
+                .unwrap_or_else(|| panic!("{what}: the server has no compare-and-delete"));
+            drive(
+                conn,
+                n,
+                what,
+                |i, b| encode(b, &form.args(&native_key(i), &token(i))),
+                |_, r| is_one(r),
+            )
+        }
         Step::Fence => drive(
             conn,
             n,
             what,
             |i, b| encode(b, &[b"LEASE.FENCE", &counter(i), &decimal(i as u64 + 1)]),
+            |_, r| r.int().is_some(),
+        ),
+        // Resources and counters of their own, so the fences start over and the
+        // counters are fresh as `INCR counter`'s were.
+        Step::FenceIncr => drive(
+            conn,
+            n,
+            what,
+            |i, b| {
+                let (resource, inner) = (key("fr", i % COUNTER_KEYS), key("fx", i % COUNTER_KEYS));
+                encode(
+                    b,
+                    &[
+                        b"LEASE.FENCE",
+                        &resource,
+                        &decimal(i as u64 + 1),
+                        b"INCR",
+                        &inner,
+                    ],
+                )
+            },
             |_, r| r.int().is_some(),
         ),
     }
@@ -842,28 +1545,45 @@ fn run_step(conn: &mut Conn, step: Step, n: usize, scripts: &Scripts) {
 struct Counts {
     flavor: Flavor,
     version: String,
-    per_call: Vec<(Step, f64)>,
+    natives: Natives,
+    /// (step, its cost per call); a step the server cannot run is absent.
+    per_call: Vec<(Step, Cost)>,
     /// (step, holds on the key, instructions per call).
     shared: Vec<(SharedOp, usize, f64)>,
     /// (step, instructions per call); empty without sessions (before issue 17).
     sessions: Vec<(SessionOp, f64)>,
+    tax: Tax,
 }
 
 impl Counts {
-    fn sum(&self, steps: &[Step]) -> f64 {
-        steps
-            .iter()
-            .map(|s| {
-                self.per_call
+    /// The steps' costs summed; NaN when one of them was not counted.
+    fn sum(&self, steps: &[Step]) -> Cost {
+        steps.iter().fold(
+            Cost {
+                call: 0.0,
+                whole: 0.0,
+            },
+            |sum, s| {
+                let cost = self
+                    .per_call
                     .iter()
                     .find(|(step, _)| step == s)
-                    .map_or(f64::NAN, |&(_, v)| v)
-            })
-            .sum()
+                    .map_or(Cost::MISSING, |&(_, c)| c);
+                sum.plus(cost)
+            },
+        )
     }
 
-    fn ratio(&self, bound: &Bound) -> f64 {
-        self.sum(bound.native) / self.sum(bound.lua)
+    fn ratio(&self, bound: &Bound) -> Cost {
+        self.sum(bound.lease).over(self.sum(bound.other))
+    }
+
+    /// Why `bound`'s ratio is not counted on this server, or `None` when it is.
+    fn missing(&self, bound: &Bound) -> Option<&'static str> {
+        bound
+            .other
+            .iter()
+            .find_map(|step| step.missing(self.natives))
     }
 
     fn shared(&self, op: SharedOp, size: usize) -> f64 {
@@ -887,21 +1607,35 @@ impl Counts {
     }
 }
 
-fn count(flavor: Flavor, n: usize, shared_calls: usize, session_calls: usize) -> Counts {
+fn count(flavor: Flavor, options: &Options) -> Counts {
+    let (n, shared_calls, session_calls) =
+        (options.calls, options.shared_calls, options.session_calls);
     let mut counted = Counted::start(flavor);
     let mut conn = Conn::connect(counted.server.port)
         .unwrap_or_else(|e| panic!("cannot connect to {flavor}: {e}"));
     let version = server_version(&counted.server);
     let scripts = load_scripts(&mut conn);
+    conn.must(&["SELECT", "1"]);
+    let natives = natives(&mut conn);
     let mut per_call = Vec::new();
     for step in Step::ALL {
+        if let Some(why) = step.missing(natives) {
+            eprintln!(
+                "instructions: {flavor} {:<40} not counted: {why}",
+                step.label()
+            );
+            continue;
+        }
         conn.must(&["SELECT", step.db()]);
+        prepare_step(&mut conn, step, n);
         counted.zero();
-        run_step(&mut conn, step, n, &scripts);
+        run_step(&mut conn, step, n, &scripts, natives);
         let ir = counted.per_call(n);
         eprintln!(
-            "instructions: {flavor} {:<36} {ir:>8.0} per call",
-            step.label()
+            "instructions: {flavor} {:<40} {:>8.0} per call, {:>8.0} whole-process",
+            step.label(),
+            ir.call,
+            ir.whole
         );
         per_call.push((step, ir));
     }
@@ -927,7 +1661,7 @@ fn count(flavor: Flavor, n: usize, shared_calls: usize, session_calls: usize) ->
             {
                 counted.zero();
                 run_shared_step(&mut conn, op, &layout, &sem);
-                let ir = counted.per_call(layout.calls());
+                let ir = counted.per_call(layout.calls()).call;
                 eprintln!(
                     "instructions: {flavor} {:<48} {size:>6} holds {ir:>8.0} per call",
                     op.label()
@@ -945,12 +1679,22 @@ fn count(flavor: Flavor, n: usize, shared_calls: usize, session_calls: usize) ->
         eprintln!("instructions: {flavor}: the module has no SESSION (before issue 17): sessions not counted");
         Vec::new()
     };
+    drop(conn);
+    drop(counted);
+    let started = std::time::Instant::now();
+    let tax = count_tax(flavor, options.tax_calls);
+    eprintln!(
+        "instructions: {flavor}: the tax table took {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     Counts {
         flavor,
         version,
+        natives,
         per_call,
         shared,
         sessions,
+        tax,
     }
 }
 
@@ -960,7 +1704,7 @@ fn report(all: &[Counts], options: &Options) -> (String, bool) {
     let mut ok = true;
     let _ = writeln!(
         md,
-        "# Instructions per command: redis-lease vs `SET NX PX` + Lua\n\n\
+        "# Instructions per command: redis-lease vs the server's own commands and Lua\n\n\
          Written by `scripts/instructions`; do not edit by hand. Each server runs under \
          callgrind; each step is {n} commands in pipelines of {CHUNK}, on distinct keys \
          with 32-hex-character tokens (`INCR` and `LEASE.FENCE` on {COUNTER_KEYS} counters \
@@ -968,66 +1712,115 @@ fn report(all: &[Counts], options: &Options) -> (String, bool) {
          the server's `call()` (the command, what it replicates, the server's bookkeeping; \
          not parsing the request or writing to the socket), divided by the number of \
          commands, which is checked against the number of times `call()` was entered. \
-         `scripts/test` fails when a ratio is over its bound (in parentheses); the bounds \
-         are in `benches/instructions.rs`. Server time per call, which the targets of \
-         issue 6 are about, is in [bench.md](bench.md).\n"
+         In brackets, the whole process's count for the step divided by the commands: \
+         reading and parsing the requests, command filters, `call()`, writing the \
+         replies, the event loop; less the servers' timers (`serverCron`, the modules' \
+         timers, Valkey 9's `clientsTimeProc`), which run by the clock, not per command, \
+         and so fall into a step as much as callgrind's speed on a shared machine lets \
+         them. The natives, `SET key token IFEQ token PX \
+         ttl` (Valkey 8.1+, Redis 8.4+) and compare-and-delete (`DELIFEQ key token` on \
+         Valkey 9.0+, `DELEX key IFEQ token` on Redis 8.4+, counted in the same row), are \
+         found by trying them on each server; the table says where a server has none. \
+         The module is loaded throughout, so the servers' own commands pay its tax \
+         (below) here too. Server time per call is in [bench.md](bench.md).\n"
     );
-    let _ = write!(md, "| Command |");
-    for c in all {
-        let _ = write!(md, " {} |", c.version);
-    }
-    let _ = write!(md, "\n|---|");
-    for _ in all {
-        let _ = write!(md, "---:|");
-    }
-    md.push('\n');
+    header(&mut md, "Command: call() [whole process]", all);
     for step in Step::ALL {
         let _ = write!(md, "| `{}` |", step.label());
         for c in all {
-            let _ = write!(md, " {:.0} |", c.sum(&[step]));
-        }
-        md.push('\n');
-    }
-    let _ = write!(md, "\n| Ratio, redis-lease over the Lua way (bound) |");
-    for c in all {
-        let _ = write!(md, " {} |", c.version);
-    }
-    let _ = write!(md, "\n|---|");
-    for _ in all {
-        let _ = write!(md, "---:|");
-    }
-    md.push('\n');
-    for bound in BOUNDS {
-        let _ = write!(md, "| {} |", bound.what);
-        for c in all {
-            let (r, max) = (c.ratio(bound), bound.max(c.flavor));
-            let within = r <= max;
-            ok &= within;
-            let over = if within { "" } else { " **over**" };
-            let _ = write!(md, " {r:.3} (≤ {max:.2}){over} |");
-            if !within {
-                eprintln!(
-                    "instructions: {}: {} is {r:.3}, over its bound {max:.2}",
-                    c.flavor, bound.what
-                );
+            match step.missing(c.natives) {
+                Some(why) => {
+                    let _ = write!(md, " {why} |");
+                }
+                None => {
+                    let cost = c.sum(&[step]);
+                    let _ = write!(md, " {:.0} [{:.0}] |", cost.call, cost.whole);
+                }
             }
         }
         md.push('\n');
     }
+    let _ = writeln!(
+        md,
+        "\n`scripts/test` fails when a ratio of `call()` counts is over its bound (in \
+         parentheses; the bounds are in `benches/instructions.rs`). The bounds hold what \
+         has been reached, today's figures plus a few percent, so that nothing gets \
+         slower unnoticed; issue 27's goals, in the last column, are where they are to \
+         be lowered to.\n"
+    );
+    header_with(
+        &mut md,
+        "Ratio, redis-lease over: call() [whole process] (bound)",
+        all,
+        Some("Goal (issue 27)"),
+    );
+    for bound in BOUNDS {
+        let _ = write!(md, "| {} |", bound.what);
+        for c in all {
+            let (cell, within) = bound_cell(c, bound);
+            ok &= within;
+            let _ = write!(md, " {cell} |");
+        }
+        let _ = writeln!(md, " {} |", bound.goal);
+    }
     ok &= shared_report(&mut md, all, shared_calls);
     ok &= session_report(&mut md, all, options.session_calls);
+    ok &= tax_report(&mut md, all, options.tax_calls);
     (md, ok)
+}
+
+/// One ratio's cell, and whether it holds: within its bound, or not counted on a
+/// server that has no native for it and no bound there.
+fn bound_cell(c: &Counts, bound: &Bound) -> (String, bool) {
+    let max = bound.max(c.flavor);
+    let fail = |why: String| {
+        eprintln!("instructions: {}: {}: {why}", c.flavor, bound.what);
+        (format!("{why} **fails**"), false)
+    };
+    match (c.missing(bound), max.is_nan()) {
+        (Some(why), true) => (why.to_string(), true),
+        (Some(why), false) => fail(format!("{why}, but a bound of {max:.2} is set")),
+        (None, true) => {
+            let r = c.ratio(bound);
+            fail(format!("{:.3}, counted but no bound set", r.call))
+        }
+        (None, false) => {
+            let r = c.ratio(bound);
+            let within = r.call <= max;
+            let cell = format!("{:.3} [{:.3}] (≤ {max:.2})", r.call, r.whole);
+            if within {
+                (cell, true)
+            } else {
+                eprintln!(
+                    "instructions: {}: {} is {:.3}, over its bound {max:.2}",
+                    c.flavor, bound.what, r.call
+                );
+                (format!("{cell} **over**"), false)
+            }
+        }
+    }
 }
 
 /// A table header with one column per server.
 fn header(md: &mut String, first: &str, all: &[Counts]) {
+    header_with(md, first, all, None);
+}
+
+/// A table header with one column per server, and a last column `last` when given.
+fn header_with(md: &mut String, first: &str, all: &[Counts], last: Option<&str>) {
     let _ = write!(md, "| {first} |");
     for c in all {
         let _ = write!(md, " {} |", c.version);
     }
+    if let Some(last) = last {
+        let _ = write!(md, " {last} |");
+    }
     let _ = write!(md, "\n|---|");
     for _ in all {
         let _ = write!(md, "---:|");
+    }
+    if last.is_some() {
+        md.push_str("---|");
     }
     md.push('\n');
 }
@@ -1245,14 +2038,7 @@ fn main() {
     let all: Vec<Counts> = options
         .flavors
         .iter()
-        .map(|&f| {
-            count(
-                f,
-                options.calls,
-                options.shared_calls,
-                options.session_calls,
-            )
-        })
+        .map(|&f| count(f, &options))
         .collect();
     let (md, ok) = report(&all, &options);
     println!("{md}");

@@ -428,7 +428,7 @@ fn server_tables(out: &mut String, r: &ServerResult, plan: &Plan) {
     let m = &r.memory;
     let _ = writeln!(
         out,
-        "\n### c. Memory per live key\n\n{} keys with the same names (`bench:00000000`…) \
+        "\n### c. Memory per live key\n\n{} keys with the same 10-byte names (`m:00000000`…) \
          and the same 32-character tokens, TTL 1 h; `MEMORY USAGE key SAMPLES 0` of one key, \
          and the `used_memory` delta over all keys divided by their number (this includes \
          the keyspace and expires dictionaries and the module's deadline index). Bytes: \
@@ -799,7 +799,7 @@ pub fn shared_tables(
     if let Some(m) = &sh.exclusive {
         let _ = writeln!(
             out,
-            "\n### Memory per exclusive lease\n\n{} keys (`bench:00000000`…), 32-character \
+            "\n### Memory per exclusive lease\n\n{} keys (10-byte names, `m:00000000`…), 32-character \
              tokens, TTL 1 h: `MEMORY USAGE key SAMPLES 0` of one key and the `used_memory` \
              delta over all keys divided by their number (the keyspace and expires \
              dictionaries and the module's deadline index included), against `SET NX PX` \
@@ -962,16 +962,27 @@ pub fn shared_tables(
 }
 
 /// One table of every server's memory medians (`memory.md`), bytes.
-fn memory_summary(out: &mut String, results: &[SharedServer]) {
-    let _ = write!(out, "| Bytes (medians) |");
+/// A table header with one column per server, and a last column `last` when given.
+fn server_header(out: &mut String, first: &str, results: &[SharedServer], last: Option<&str>) {
+    let _ = write!(out, "| {first} |");
     for r in results {
         let _ = write!(out, " {} |", r.version);
+    }
+    if let Some(last) = last {
+        let _ = write!(out, " {last} |");
     }
     let _ = write!(out, "\n|---|");
     for _ in results {
         let _ = write!(out, "---:|");
     }
+    if last.is_some() {
+        out.push_str("---|");
+    }
     out.push('\n');
+}
+
+fn memory_summary(out: &mut String, results: &[SharedServer]) {
+    server_header(out, "Bytes (medians)", results, None);
     type Pick = fn(&SharedResult) -> Option<f64>;
     let mut rows: Vec<(String, Pick)> = vec![
         ("exclusive lease, `MEMORY USAGE`".into(), |s| {
@@ -1004,6 +1015,10 @@ fn memory_summary(out: &mut String, results: &[SharedServer]) {
             |s| s.memory.get(1).map(|m| m.sem_delta.median()),
         ],
     ];
+    let zset_keys = layouts
+        .iter()
+        .find(|m| m.holds_per_key == 1)
+        .map_or(0, |m| m.keys);
     for (m, [native, sem]) in layouts.iter().zip(picks) {
         let layout = format!(
             "{} key{} × {} hold{}",
@@ -1021,6 +1036,18 @@ fn memory_summary(out: &mut String, results: &[SharedServer]) {
             sem,
         ));
     }
+    rows.push((
+        format!(
+            "one-member sorted set + `PEXPIRE`, `used_memory` delta per key, {} keys",
+            count(zset_keys as f64)
+        ),
+        |s| {
+            s.memory
+                .iter()
+                .find(|m| m.holds_per_key == 1)
+                .map(|m| m.zset_delta.median())
+        },
+    ));
     for (label, pick) in rows {
         let _ = write!(out, "| {label} |");
         for r in results {
@@ -1034,6 +1061,54 @@ fn memory_summary(out: &mut String, results: &[SharedServer]) {
             }
         }
         out.push('\n');
+    }
+    out.push('\n');
+    memory_goals(out, results);
+}
+
+/// Issue 27's memory goals beside the measured ratios of `used_memory` deltas.
+fn memory_goals(out: &mut String, results: &[SharedServer]) {
+    server_header(
+        out,
+        "Ratio of `used_memory` deltas (medians)",
+        results,
+        Some("Goal (issue 27)"),
+    );
+    type Ratio = fn(&SharedResult) -> Option<f64>;
+    let rows: [(&str, Ratio, &str); 2] = [
+        (
+            "exclusive lease over a `SET NX PX` string lock",
+            |s| {
+                s.exclusive
+                    .as_ref()
+                    .map(|m| m.native_delta.median() / m.lua_delta.median())
+            },
+            "≤ 1.0",
+        ),
+        (
+            "one shared hold per key over a one-member sorted set + `PEXPIRE`",
+            |s| {
+                s.memory
+                    .iter()
+                    .find(|m| m.holds_per_key == 1)
+                    .map(|m| m.native_delta.median() / m.zset_delta.median())
+            },
+            "≤ 1.2",
+        ),
+    ];
+    for (label, pick, goal) in rows {
+        let _ = write!(out, "| {label} |");
+        for r in results {
+            match pick(&r.shared) {
+                Some(v) if v.is_finite() => {
+                    let _ = write!(out, " {v:.2}× |");
+                }
+                _ => {
+                    let _ = write!(out, " n/a |");
+                }
+            }
+        }
+        let _ = writeln!(out, " {goal} |");
     }
     out.push('\n');
 }

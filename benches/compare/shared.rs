@@ -9,8 +9,9 @@
 //! - `throughput`: acquire/renew/release cycles per second, all clients on one key that
 //!   already holds 1, 100 or 10,000 other holds.
 //! - `memory`: `used_memory` delta and `MEMORY USAGE` per hold, 100,000 holds on one key
-//!   and 100,000 keys with one hold each (`lease.max-holders` raised for it); with
-//!   `--memory`, exclusive leases against `SET NX PX` strings as well.
+//!   and 100,000 keys with one hold each (`lease.max-holders` raised for it), the latter
+//!   also against a one-member sorted set with `PEXPIRE` per key; with `--memory`,
+//!   1,000,000 exclusive leases against `SET NX PX` strings as well (10-byte names).
 
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -18,9 +19,9 @@ use std::time::Instant;
 
 use crate::{
     connect, flushall, measure_pair, memory_run, progress, settled_used_memory, start, Group,
-    MemoryResult, Op, Plan, Samples, Way, LONG_TTL,
+    MemoryResult, Op, Plan, Samples, Way, LONG_TTL, MEMORY_PREFIX,
 };
-use harness::resp::{Conn, Reply};
+use harness::resp::{decimal, encode, Conn, Reply};
 use harness::workload::{
     acquire_shared, drive, is_one, key, load_sem_scripts, release, renew, sem_acquire, sem_release,
     sem_renew, supports_shared, token, Layout, SemScripts,
@@ -93,6 +94,9 @@ pub struct HoldMemory {
     /// `MEMORY USAGE key SAMPLES 0` of one key, per hold.
     pub native_usage: Samples,
     pub sem_usage: Samples,
+    /// With one hold per key: a one-member sorted set with `PEXPIRE` per key, the
+    /// `used_memory` delta per key (issue 27's measure for one shared hold).
+    pub zset_delta: Samples,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -449,6 +453,9 @@ fn bench_memory(flavor: Flavor, plan: &Plan) -> Vec<HoldMemory> {
             } else {
                 [Kind::Native, Kind::Sem]
             };
+            if m.holds_per_key == 1 {
+                m.zset_delta.push(zset_memory_run(&mut conn, m.keys));
+            }
             for kind in kinds {
                 let (delta, usage) =
                     hold_memory_run(&mut conn, kind, &scripts, m.keys, m.holds_per_key);
@@ -481,7 +488,7 @@ fn hold_memory_run(
     flushall(conn);
     let before = settled_used_memory(conn);
     // Holds go round the keys, as in every shared layout: key i % keys, hold i / keys.
-    let k = |i: usize| key("mem", i % keys);
+    let k = |i: usize| key(MEMORY_PREFIX, i % keys);
     let t = |i: usize| token(i);
     let limit = limit_arg();
     let n = keys * per_key;
@@ -514,11 +521,37 @@ fn hold_memory_run(
     )
 }
 
+/// `used_memory` delta per key of `keys` one-member sorted sets, each member a token
+/// scored by its deadline, each key with `PEXPIRE` (what a shared hold per key is
+/// compared with: a semaphore of one that the server expires whole).
+fn zset_memory_run(conn: &mut Conn, keys: usize) -> f64 {
+    flushall(conn);
+    let before = settled_used_memory(conn);
+    let deadline = decimal(harness::now_ms() + 3_600_000);
+    drive(
+        conn,
+        2 * keys,
+        "fill one-member sorted sets",
+        |j, b| {
+            let i = j / 2;
+            if j % 2 == 0 {
+                encode(b, &[b"ZADD", &key(MEMORY_PREFIX, i), &deadline, &token(i)]);
+            } else {
+                encode(b, &[b"PEXPIRE", &key(MEMORY_PREFIX, i), LONG_TTL]);
+            }
+        },
+        |_, r| is_one(r),
+    );
+    let after = settled_used_memory(conn);
+    flushall(conn);
+    (after as f64 - before as f64) / keys as f64
+}
+
 /// Section c at the memory mode's size: exclusive leases vs `SET NX PX` strings.
 fn exclusive_memory(flavor: Flavor, plan: &Plan) -> MemoryResult {
     let server = start(flavor);
     let mut conn = connect(&server);
-    let n = plan.hold_memory;
+    let n = plan.memory_keys;
     let mut result = MemoryResult {
         keys: n,
         ..Default::default()
