@@ -277,3 +277,159 @@ impl Lease {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{acquire, granted, key_with, on, shared, SHARED, T0};
+    use super::*;
+    use crate::holds::{Terms, Unbound};
+    use crate::lease::FenceSequence;
+
+    /// What each read says of a lease in each state it can be in.
+    #[test]
+    fn every_read_by_state_table() {
+        const OWNED: Terms<'static> = Terms {
+            owner: Some(b"host-1"),
+            ..Terms::PLAIN
+        };
+        const DELAYED: Terms<'static> = Terms {
+            delay_ms: 500,
+            ..Terms::PLAIN
+        };
+        // (name, the lease, read at, state, mode, holders, owner, expired hold)
+        type Case = (
+            &'static str,
+            fn(&mut FenceSequence) -> Lease,
+            u64,
+            State,
+            Option<Mode>,
+            usize,
+            Option<&'static [u8]>,
+            bool,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "free",
+                |_| Lease::default(),
+                T0,
+                State::Free,
+                None,
+                0,
+                None,
+                false,
+            ),
+            (
+                "held",
+                |f| key_with(&[(b"a", Terms::PLAIN)], f),
+                T0 + 1,
+                State::Held { ttl_ms: 999 },
+                Some(Mode::Exclusive),
+                1,
+                None,
+                false,
+            ),
+            (
+                "held, at its deadline",
+                |f| key_with(&[(b"a", Terms::PLAIN)], f),
+                T0 + 1000,
+                State::Free,
+                None,
+                0,
+                None,
+                true,
+            ),
+            (
+                "two shared holds",
+                |f| key_with(&[(b"a", shared(3)), (b"b", shared(3))], f),
+                T0 + 10,
+                State::Held { ttl_ms: 990 },
+                Some(Mode::Shared),
+                2,
+                None,
+                false,
+            ),
+            (
+                "labelled",
+                |f| key_with(&[(b"a", OWNED)], f),
+                T0 + 10,
+                State::Held { ttl_ms: 990 },
+                Some(Mode::Exclusive),
+                1,
+                Some(b"host-1"),
+                false,
+            ),
+            (
+                "in its lock-delay",
+                |f| key_with(&[(b"a", DELAYED)], f),
+                T0 + 1200,
+                State::Delayed { ttl_ms: 300 },
+                None,
+                0,
+                None,
+                true,
+            ),
+        ];
+        for (name, make, at, state, mode, holders, owner, expired) in cases {
+            let lease = make(&mut FenceSequence::new());
+            assert_eq!(lease.state(at, &mut Unbound), state, "{name}");
+            let view = lease.view(at, &mut Unbound);
+            assert_eq!(
+                (view.mode, view.holders, view.owner),
+                (mode, holders, owner),
+                "{name}"
+            );
+            assert_eq!(lease.is_live(at, &mut Unbound), holders > 0, "{name}");
+            assert_eq!(lease.has_expired_hold(at), expired, "{name}");
+            let live = lease.live_holds(at, &mut Unbound);
+            assert_eq!(live.len(), holders, "{name}");
+            assert!(live.iter().all(|h| at < h.deadline_ms), "{name}");
+            let delay = matches!(state, State::Delayed { .. });
+            assert_eq!(lease.delayed(at, &mut Unbound).is_some(), delay, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_key_stays_after_a_release_while_holds_are_left() {
+        let mut fences = FenceSequence::new();
+        let mut compact = Lease::default();
+        granted(acquire(&mut compact, b"a", 1000, T0, false, &mut fences));
+        assert!(compact.release(b"a", T0, &mut Unbound).is_some());
+        assert!(!compact.stays_after_release());
+        let mut two = key_with(&[(b"a", SHARED), (b"b", SHARED)], &mut fences);
+        assert!(two.release(b"a", T0, &mut Unbound).is_some());
+        assert!(two.stays_after_release(), "b is left");
+        assert!(two.release(b"b", T0, &mut Unbound).is_some());
+        assert!(!two.stays_after_release());
+        // An expired hold not yet reaped still keeps the key.
+        let mut expired = key_with(&[(b"a", SHARED)], &mut fences);
+        granted(on(&mut expired, b"b", SHARED, T0 + 500, &mut fences));
+        assert!(expired.release(b"b", T0 + 1000, &mut Unbound).is_some());
+        assert!(expired.stays_after_release());
+    }
+
+    #[test]
+    fn a_session_is_a_live_unbound_exclusive_hold() {
+        let mut fences = FenceSequence::new();
+        let compact = key_with(&[(b"s", Terms::PLAIN)], &mut fences);
+        let fence = compact.fence();
+        assert_eq!(compact.as_session(b"s", T0), Ok(fence));
+        assert_eq!(compact.as_session(b"x", T0), Err(NotSession::NoLiveSession));
+        assert_eq!(
+            compact.as_session(b"s", T0 + 1000),
+            Err(NotSession::NoLiveSession)
+        );
+        assert_eq!(
+            compact.session_state(fence, T0),
+            Some(SessionState::Live {
+                deadline_ms: T0 + 1000
+            })
+        );
+        assert_eq!(
+            compact.session_state(fence, T0 + 1000),
+            Some(SessionState::Ended { at_ms: T0 + 1000 })
+        );
+        assert_eq!(compact.session_state(fence + 1, T0), None);
+        let shared = key_with(&[(b"s", SHARED)], &mut fences);
+        assert_eq!(shared.as_session(b"s", T0), Err(NotSession::Shared));
+    }
+}
