@@ -87,7 +87,7 @@ impl Replaced {
     }
 }
 
-/// What `renew_hold` did.
+/// What `Lease::renew` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Renew {
     Renewed,
