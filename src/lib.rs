@@ -83,11 +83,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         None => false,
     };
     rm::keep_module_ctx(raw_ctx);
-    keyspace::effects::install_waker();
+    background::waiters::install_waker();
     let started = commands::register(raw_ctx, with_category)
         .and_then(|()| commands::subscribe_module_changes(raw_ctx))
         .and_then(|()| events::subscribe(raw_ctx))
-        .and_then(|()| events::filter_commands(raw_ctx))
         .and_then(|()| match slot_migration {
             true => events::subscribe_slot_migration(raw_ctx),
             false => Ok(()),

@@ -804,7 +804,7 @@ fn info_table(fields: &[(String, String)]) -> String {
 
 const NOTIFICATIONS_RS: &str = "model/src/notifications.rs";
 /// The one commit path, which sends the notification a change names.
-const COMMIT_RS: &str = "src/keyspace/commit.rs";
+const COMMIT_RS: &str = "src/keyspace/commit/mod.rs";
 
 /// The notifications of notifications.rs (each `pub const NAME: &CStr = c"..."`
 /// with its doc comment), and the files that send each: every `rm::notify(` call
@@ -867,21 +867,30 @@ fn parse_notifications(
             ));
         }
         // A change decided in the model names its event (`notify:
-        // Some(notifications::X)`, model/src/change.rs); the commit path sends it.
-        let mut rest = code.as_str();
-        while let Some(pos) = rest.find("Some(notifications::") {
-            let line = code[..code.len() - rest.len() + pos].lines().count();
-            let tail = &rest[pos + "Some(notifications::".len()..];
-            let name: String = tail
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if !events.iter().any(|(c, _, _)| *c == name) {
-                return Err(format!("{file}:{line}: a change names notifications::{name}, which {NOTIFICATIONS_RS} does not define"));
+        // Some(notifications::X)` or `then_some(notifications::X)`,
+        // model/src/change.rs, or a change that
+        // only announces, `Change::announced(notifications::X)`); the
+        // commit path sends it.
+        for named in [
+            "Some(notifications::",
+            "then_some(notifications::",
+            "Change::announced(notifications::",
+        ] {
+            let mut rest = code.as_str();
+            while let Some(pos) = rest.find(named) {
+                let line = code[..code.len() - rest.len() + pos].lines().count();
+                let tail = &rest[pos + named.len()..];
+                let name: String = tail
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !events.iter().any(|(c, _, _)| *c == name) {
+                    return Err(format!("{file}:{line}: a change names notifications::{name}, which {NOTIFICATIONS_RS} does not define"));
+                }
+                let shown = file.strip_prefix("src/").unwrap_or(file).to_string();
+                senders.entry(name).or_default().insert(shown);
+                rest = tail;
             }
-            let shown = file.strip_prefix("src/").unwrap_or(file).to_string();
-            senders.entry(name).or_default().insert(shown);
-            rest = tail;
         }
         let mut rest = code.as_str();
         while let Some(pos) = rest.find("rm::notify(") {

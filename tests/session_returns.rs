@@ -424,3 +424,70 @@ for_each_server!(
         });
     }
 );
+
+// ---------------------------------------------------------------------------------------
+// What the module costs other commands: its command filter and key events are on only
+// while it holds something, and a client that turned tracking on while they were off is
+// still told when a session's end frees the key it read.
+
+fn module_flag(server: &Server, field: &str) -> String {
+    server
+        .info_field("lease", &format!("lease_{field}"))
+        .unwrap_or_else(|| panic!("INFO lease has no lease_{field}"))
+}
+
+for_each_server!(
+    the_filter_is_on_only_while_lease_keys_exist_and_tracking_survives_it,
+    |flavor| {
+        let server = Server::start(flavor);
+        let mut con = server.client();
+        assert_eq!(
+            module_flag(&server, "command_filter"),
+            "0",
+            "a fresh server"
+        );
+        assert_eq!(module_flag(&server, "key_events"), "0", "a fresh server");
+        assert_eq!(int(call(&mut con, "LEASE.FENCE", ("R", 7))), 7);
+        assert_eq!(module_flag(&server, "key_events"), "1", "a record");
+        assert_eq!(module_flag(&server, "command_filter"), "0", "a record");
+        take(&mut con, "L", MINUTE, "a");
+        assert_eq!(module_flag(&server, "command_filter"), "1", "a lease key");
+        assert_eq!(release(&mut con, "L", "a"), 1);
+        wait_until(
+            "the filter to come off after 10 s without a lease key",
+            Duration::from_secs(30),
+            || module_flag(&server, "command_filter") == "0",
+        );
+        assert_eq!(
+            module_flag(&server, "key_events"),
+            "1",
+            "never unsubscribed"
+        );
+
+        // Tracking turned on while the filter is off.
+        let mut tracked = server.client_resp3();
+        let (pushes, received) = std::sync::mpsc::channel();
+        tracked.set_push_sender(pushes);
+        assert_ok(call(&mut tracked, "CLIENT", ("TRACKING", "on")), "TRACKING");
+        take(&mut con, "s", MINUTE, "st");
+        assert_eq!(module_flag(&server, "command_filter"), "1", "armed again");
+        bind(&mut con, "j1", 0, "a", "s", "st");
+        assert_eq!(lease_info(&mut tracked, "j1").map(|i| i.holders), Some(1));
+        call(&mut tracked, "PING", NONE);
+        received.try_iter().for_each(drop);
+        assert_eq!(release(&mut con, "s", "st"), 1);
+        // Invalidations are written before the reply of any later command.
+        call(&mut tracked, "PING", NONE);
+        let keys: Vec<Value> = received
+            .try_iter()
+            .filter(|p| p.kind == redis::PushKind::Invalidate)
+            .flat_map(|p| p.data)
+            .collect();
+        assert_eq!(
+            keys,
+            [Value::Array(vec![Value::BulkString(b"j1".to_vec())])],
+            "the session's end freed j1, which the tracking client read"
+        );
+        assert_eq!(lease_info(&mut con, "j1").map(|i| i.holders), Some(0));
+    }
+);

@@ -1,7 +1,8 @@
 //! `replica`: the replication contract, checked without a server. A random
 //! sequence of operations (grants in either mode, with owners, limits and
-//! lock-delays; renewals; releases; time passing) runs on a primary's lease;
-//! after each, what the module's commit path would send (the change the
+//! lock-delays; renewals; releases; the reaper's look; time passing) runs
+//! on a primary's lease; after each, what the module's commit path would
+//! send (the change the
 //! model decided, `effect::replicated`) is encoded, decoded and applied to a
 //! replica's lease the way `LEASE.APPLY` and a replayed `LEASE.RELEASE` apply
 //! it. After every step both nodes hold the same lease, argument for argument
@@ -64,7 +65,7 @@ fn step(
     // without a session), a renewal's as sent (0 is refused there).
     let ttl = u64::from(op[2]) * 100;
     let grant_ttl = ttl.max(100);
-    match op[0] % 6 {
+    match op[0] % 7 {
         0 | 1 => {
             let shared = op[3] & 1 == 1;
             let terms = Terms {
@@ -139,6 +140,24 @@ fn step(
                 *primary = None;
             }
         }
+        4 => {
+            // The reaper's look at the key (`reaper::reap_key`): a compact
+            // lease past its deadline is deleted, an extended one settled.
+            let Some(lease) = primary.as_mut() else {
+                return;
+            };
+            let change = if lease.is_extended() {
+                Change::settled(lease, *now, &mut Unbound, None, false, *now)
+            } else if !lease.is_live(*now, &mut Unbound) {
+                Change::reaped(true)
+            } else {
+                return;
+            };
+            replicate(&change, primary, replica, token);
+            if change.fate == Fate::Deleted {
+                *primary = None;
+            }
+        }
         _ => *now += u64::from(op[2]) * 50,
     }
 }
@@ -147,12 +166,13 @@ fn step(
 /// through the encoding, as the replica's commands apply it.
 fn replicate(change: &Change, primary: &Node, replica: &mut Node, token: &[u8]) {
     effect::replicated(
-        &change.replicate,
+        change,
         primary.as_ref(),
         Some(token),
         |emitted| match emitted {
             Emitted::Token(e) => apply(replica, &e),
             Emitted::Stored(e) => apply(replica, &e),
+            Emitted::Deleted => *replica = None,
             // The client's command itself: a release, replayed.
             Emitted::Verbatim => {
                 let Some(lease) = replica.as_mut() else {

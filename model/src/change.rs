@@ -11,9 +11,8 @@
 
 use std::ffi::CStr;
 
-use crate::holds::Refused;
-use crate::holds::{Binding, Grant, Hold};
-use crate::lease::{Acquire, Replaced};
+use crate::holds::{Binding, Grant, Hold, Refused, Sessions};
+use crate::lease::{Acquire, Lease, Replaced};
 use crate::notifications;
 
 /// How replicas and the AOF learn of a change.
@@ -31,6 +30,11 @@ pub enum Replicate {
     Whole,
     /// The operation's token's hold is gone; the key stays.
     DropToken,
+    /// What the reaper's look left of the key (`Change::settled`): the
+    /// holds in `Ended::dropped` gone, then the lock-delay `Ended::delay`.
+    Pruned,
+    /// The key's deletion, as `DEL`: the reaper's, one `DEL` a batch.
+    Deleted,
 }
 
 impl Replicate {
@@ -52,6 +56,8 @@ pub enum Count {
     RenewalsRejected,
     Releases,
     ReleasesRejected,
+    /// A lease key the reaper deleted at its deadline.
+    Expired,
 }
 
 /// The key's entry in the deadline index (kept on a primary only).
@@ -67,6 +73,13 @@ pub enum Index {
     /// free lease left for a waiter that was then refused is deleted then
     /// if nobody waits.
     Recheck(u64),
+    /// The key's entry is made anew: the one at `old` (if any) goes, the
+    /// lease's next look is made exact and indexed, and a free lease kept
+    /// for waiters gets a `recheck` entry.
+    Reset {
+        old: Option<u64>,
+        recheck: Option<u64>,
+    },
 }
 
 /// Whether the key's waiters are offered the lease.
@@ -122,6 +135,12 @@ pub struct Ended {
     pub unbound: Vec<Binding>,
     /// A binding the change added.
     pub bound: Option<Binding>,
+    /// Tokens of the holds the reaper found gone while the key stays
+    /// (`Replicate::Pruned`).
+    pub dropped: Vec<Box<[u8]>>,
+    /// The key's lock-delay as the reaper left it, where it changed (0: it
+    /// ran out).
+    pub delay: Option<u64>,
 }
 
 impl Change {
@@ -333,6 +352,135 @@ impl Change {
     }
 }
 
+impl Change {
+    /// The reaper's look at an extended lease at `now`, its deadline due or
+    /// a session it holds bound holds of ended. The holds that are not live
+    /// go (announced and counted as expired, unbound; the key's own session
+    /// grant among them ends its session); a lock-delay one of them starts
+    /// is kept. A key left with no hold, no delay and nobody `waiting` is
+    /// deleted; one that stays is replicated as what went and indexed anew,
+    /// and its waiters are offered what is free (a free key kept for them is
+    /// looked at again at `recheck_at`). `own_session` is the key's grant if
+    /// it can be a session, read before.
+    pub fn settled(
+        lease: &mut Lease,
+        now: u64,
+        sessions: &mut impl Sessions,
+        own_session: Option<(u64, u64)>,
+        waiting: bool,
+        recheck_at: u64,
+    ) -> Change {
+        let mark = lease.index_mark();
+        let shared_before = lease.shared_holds();
+        let delayed_before = lease.extended().map_or(0, |h| h.delayed_until());
+        let gone = lease.prune(now, sessions);
+        let delayed_until = lease.extended().map_or(0, |h| h.delayed_until());
+        let has_holds = lease.extended().is_some_and(|h| !h.is_empty());
+        let stays = has_holds || delayed_until > now || waiting;
+        let mut change = Change {
+            shared: (shared_before, lease.shared_holds()),
+            ..Change::default()
+        };
+        if !gone.is_empty() {
+            change.session_ended = own_session.and_then(|(fence, _)| {
+                let (_, at) = gone.iter().find(|(h, _)| h.grant.fence == fence)?;
+                Some((fence, *at))
+            });
+            let ended = change.ended_mut();
+            ended.expired = gone.len();
+            ended.session_expiries = gone
+                .iter()
+                .filter(|(h, at)| h.grant.session().is_some() && *at < h.grant.deadline_ms)
+                .count();
+            ended.unbound = gone
+                .iter()
+                .filter_map(|(h, _)| h.grant.session().cloned())
+                .collect();
+            if stays {
+                ended.dropped = gone.into_iter().map(|(h, _)| h.token).collect();
+            }
+        }
+        if delayed_until > delayed_before {
+            let ended = change.ended_mut();
+            ended.delays = 1;
+            ended.delay = Some(delayed_until);
+        } else if delayed_until < delayed_before && stays {
+            // A delay that ended is forgotten, on replicas as here.
+            change.ended_mut().delay = Some(delayed_until);
+        }
+        if !stays {
+            // Its entry goes with the key; the unlink finds none to remove.
+            lease.set_index_mark(None);
+            return Change {
+                replicate: Replicate::Deleted,
+                index: mark.map_or(Index::Keep, Index::Remove),
+                fate: Fate::Deleted,
+                ..change
+            };
+        }
+        let free = !has_holds && delayed_until <= now;
+        Change {
+            replicate: Replicate::Pruned,
+            index: Index::Reset {
+                old: mark,
+                recheck: (waiting && free).then_some(recheck_at),
+            },
+            signal: if waiting {
+                Signal::IfWaiting
+            } else {
+                Signal::Never
+            },
+            ..change
+        }
+    }
+
+    /// The reaper's deletion of a compact lease at its deadline (`expired`)
+    /// or of a free one nobody waits for any more.
+    #[inline]
+    pub fn reaped(expired: bool) -> Change {
+        Change {
+            replicate: Replicate::Deleted,
+            count: expired.then_some(Count::Expired),
+            notify: expired.then_some(notifications::EXPIRE),
+            fate: Fate::Deleted,
+            ..Change::default()
+        }
+    }
+
+    /// A free or expired key with waiters: the head is offered it, and the
+    /// key is looked at again at `recheck_at`.
+    #[inline]
+    pub fn offered(recheck_at: u64) -> Change {
+        Change {
+            index: Index::Recheck(recheck_at),
+            signal: Signal::IfWaiting,
+            ..Change::default()
+        }
+    }
+
+    /// A live lease whose index entry was due (renewed since): it gets its
+    /// one entry again, at its next look.
+    #[inline]
+    pub fn reindexed() -> Change {
+        Change {
+            index: Index::Reset {
+                old: None,
+                recheck: None,
+            },
+            ..Change::default()
+        }
+    }
+
+    /// An event announced on the key, nothing else.
+    #[inline]
+    pub fn announced(event: &'static CStr) -> Change {
+        Change {
+            notify: Some(event),
+            ..Change::default()
+        }
+    }
+}
+
 /// The session index's part of a change that only binds and unbinds: none
 /// when there is nothing to do.
 #[inline]
@@ -513,5 +661,106 @@ mod tests {
         let goes = Change::release_replayed(&gone, false, (1, 0));
         assert_eq!(goes.fate, Fate::Deleted);
         assert_eq!(goes.count, None, "counted where it was decided");
+    }
+
+    /// Two shared holds on a key, one with a 1 s ttl and one with 10 s,
+    /// granted at `t`.
+    fn two_shared(t: u64) -> Lease {
+        use crate::holds::{Mode, Terms, Unbound};
+        use crate::lease::{FenceSequence, Request};
+        let mut fences = FenceSequence::new();
+        let mut lease = Lease::default();
+        let shared = Terms {
+            mode: Mode::Shared,
+            ..Terms::PLAIN
+        };
+        for (token, ttl) in [(&b"short"[..], 1_000), (&b"long"[..], 10_000)] {
+            let request = Request {
+                terms: shared,
+                max_holders: 8,
+                ..Request::plain(token, ttl, t)
+            };
+            let outcome = lease.acquire(request, &mut fences, &mut Unbound);
+            assert!(matches!(outcome, Ok((Acquire::Granted { .. }, _))));
+        }
+        lease.set_index_mark(Some(t + 1_000));
+        lease
+    }
+
+    #[test]
+    fn the_reaper_drops_what_ran_out_and_keeps_the_rest() {
+        use crate::holds::Unbound;
+        let t = 1_700_000_000_000;
+        let mut lease = two_shared(t);
+        let c = Change::settled(&mut lease, t + 1_500, &mut Unbound, None, false, t + 1_600);
+        assert_eq!(c.replicate, Replicate::Pruned);
+        assert_eq!(c.fate, Fate::Stays);
+        assert_eq!(c.shared, (2, 1));
+        assert_eq!(
+            c.index,
+            Index::Reset {
+                old: Some(t + 1_000),
+                recheck: None
+            }
+        );
+        let ended = c.ended.as_deref().expect("a hold ended");
+        assert_eq!(ended.expired, 1);
+        assert_eq!(ended.dropped, vec![Box::<[u8]>::from(&b"short"[..])]);
+        assert_eq!(ended.delay, None);
+        assert_eq!(c.signal, Signal::Never, "nobody waits");
+    }
+
+    #[test]
+    fn the_reaper_deletes_a_key_left_empty_unless_clients_wait() {
+        use crate::holds::Unbound;
+        let t = 1_700_000_000_000;
+        let mut lease = two_shared(t);
+        let gone = Change::settled(&mut lease, t + 20_000, &mut Unbound, None, false, t);
+        assert_eq!(
+            (gone.fate, gone.replicate),
+            (Fate::Deleted, Replicate::Deleted)
+        );
+        assert_eq!(gone.index, Index::Remove(t + 1_000));
+        assert_eq!(
+            lease.index_mark(),
+            None,
+            "the unlink finds no entry to remove"
+        );
+        assert!(gone
+            .ended
+            .as_deref()
+            .is_some_and(|e| e.dropped.is_empty() && e.expired == 2));
+
+        let mut lease = two_shared(t);
+        let kept = Change::settled(&mut lease, t + 20_000, &mut Unbound, None, true, t + 20_100);
+        assert_eq!(
+            (kept.fate, kept.replicate),
+            (Fate::Stays, Replicate::Pruned)
+        );
+        assert_eq!(
+            kept.index,
+            Index::Reset {
+                old: Some(t + 1_000),
+                recheck: Some(t + 20_100)
+            },
+            "free, kept for the head of the queue, looked at again"
+        );
+        assert_eq!(kept.signal, Signal::IfWaiting);
+        assert_eq!(kept.ended.as_deref().map(|e| e.dropped.len()), Some(2));
+    }
+
+    #[test]
+    fn the_reapers_compact_deletion_is_counted_only_when_it_expired() {
+        let expired = Change::reaped(true);
+        assert_eq!(
+            (expired.count, expired.notify),
+            (Some(Count::Expired), Some(notifications::EXPIRE))
+        );
+        let free = Change::reaped(false);
+        assert_eq!((free.count, free.notify), (None, None));
+        assert_eq!(
+            (free.fate, free.replicate),
+            (Fate::Deleted, Replicate::Deleted)
+        );
     }
 }

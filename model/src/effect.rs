@@ -24,7 +24,7 @@ use std::borrow::Cow;
 use std::ffi::CStr;
 
 use crate::args;
-use crate::change::{bindings, Replicate};
+use crate::change::{bindings, Change, Replicate};
 use crate::error;
 use crate::holds::{Binding, Grant, Mode};
 use crate::lease::{Holder, Lease, MAX_DEADLINE_MS};
@@ -240,21 +240,24 @@ pub enum Emitted<'l, T> {
     Stored(&'l Effect<'l, &'l [u8]>),
     /// The client's command itself.
     Verbatim,
+    /// The key's deletion (`DEL`).
+    Deleted,
 }
 
-/// Hands `emit` what replicates a change of `lease` made by an operation
-/// with `token`, as `how` says: the one mapping from a change to the wire,
-/// which the commit path and the replication fuzz target share.
+/// Hands `emit` what replicates `change` of `lease`, made by an operation
+/// with `token`, as its `replicate` says: the one mapping from a change to
+/// the wire, which the commit path and the replication fuzz target share.
 #[inline(always)]
 pub fn replicated<'l, T: AsRef<[u8]>>(
-    how: &'l Replicate,
+    change: &'l Change,
     lease: Option<&'l Lease>,
     token: Option<T>,
     mut emit: impl FnMut(Emitted<'_, T>),
 ) {
-    match (how, lease, token) {
+    match (&change.replicate, lease, token) {
         (Replicate::Nothing, ..) => {}
         (Replicate::Verbatim, ..) => emit(Emitted::Verbatim),
+        (Replicate::Deleted, ..) => emit(Emitted::Deleted),
         (Replicate::Held, Some(lease), Some(token)) => match held(lease, token) {
             Held::One(e) => emit(Emitted::Token(e)),
             Held::Whole => whole(lease, |e| emit(Emitted::Stored(e))),
@@ -262,8 +265,24 @@ pub fn replicated<'l, T: AsRef<[u8]>>(
         },
         (Replicate::Whole, Some(lease), _) => whole(lease, |e| emit(Emitted::Stored(e))),
         (Replicate::DropToken, _, Some(token)) => emit(Emitted::Token(Effect::Drop(vec![token]))),
+        (Replicate::Pruned, ..) => {
+            let Some(ended) = change.ended.as_deref() else {
+                return;
+            };
+            if !ended.dropped.is_empty() {
+                let tokens = ended.dropped.iter().map(|t| &t[..]).collect();
+                emit(Emitted::Stored(&Effect::Drop(tokens)));
+            }
+            if let Some(until) = ended.delay {
+                emit(Emitted::Stored(&Effect::Delay(until)));
+            }
+        }
         (Replicate::Held | Replicate::Whole | Replicate::DropToken, ..) => {
-            debug_assert!(false, "{how:?} without the lease or the token it names");
+            debug_assert!(
+                false,
+                "{:?} without the lease or the token it names",
+                change.replicate
+            );
         }
     }
 }

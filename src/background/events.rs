@@ -13,11 +13,13 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use redis_module::raw;
 
-use crate::keyspace::effects;
+use crate::background::armed;
+use crate::keyspace::commit::values;
 use crate::keyspace::removals::{any_removed, forget_removed, take_removed, Floor};
 use crate::keyspace::sessions;
 use crate::keyspace::state;
 use crate::keyspace::unlinked;
+use crate::keyspace::wake;
 use crate::model::lease::{Lease, Resource};
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
@@ -43,17 +45,7 @@ pub fn subscribe(ctx: Ctx) -> Result<(), String> {
             return Err(format!("cannot subscribe to server event {id}"));
         }
     }
-    let classes = raw::REDISMODULE_NOTIFY_GENERIC
-        | raw::REDISMODULE_NOTIFY_EXPIRED
-        | raw::REDISMODULE_NOTIFY_EVICTED
-        | raw::REDISMODULE_NOTIFY_LOADED;
-    // SAFETY: `ctx` is the load context; the callback is a function of the
-    // module, which is never unloaded.
-    if unsafe { api!(RedisModule_SubscribeToKeyspaceEvents)(ctx, classes, Some(on_keyspace_event)) }
-        != OK
-    {
-        return Err("cannot subscribe to keyspace events".into());
-    }
+    armed::install(on_command, on_keyspace_event);
     Ok(())
 }
 
@@ -129,7 +121,7 @@ unsafe extern "C" fn on_role_changed(
                 // The replica kept no index; build it from what it replicated.
                 crate::background::reaper::rescan();
             } else {
-                state::index().clear();
+                values::index_cleared();
             }
             let _ = ctx;
         },
@@ -167,8 +159,7 @@ unsafe extern "C" fn on_flush(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, dat
             // SAFETY: Redis passes the flush event a RedisModuleFlushInfo,
             // live for the call, of the version subscribed (1).
             if let Some(info) = unsafe { data.cast::<raw::RedisModuleFlushInfo>().as_ref() } {
-                state::index().flush(info.dbnum);
-                sessions::forget((info.dbnum >= 0).then_some(info.dbnum));
+                values::flushed(info.dbnum);
                 forget_removed();
                 if info.dbnum < 0 {
                     state::forget_names();
@@ -185,7 +176,7 @@ unsafe extern "C" fn on_flush(ctx: Ctx, _e: raw::RedisModuleEvent, sub: u64, dat
 fn wake_all(ctx: Ctx, db: i32) {
     let keys = state::waiters().keys(db);
     for (db, key) in keys {
-        effects::resignal_later(ctx, db, &key);
+        wake::resignal_later(ctx, db, &key);
     }
 }
 
@@ -201,8 +192,7 @@ unsafe extern "C" fn on_swapdb(ctx: Ctx, _e: raw::RedisModuleEvent, _sub: u64, d
             // SAFETY: Redis passes the swapdb event a RedisModuleSwapDbInfo,
             // live for the call, of the version subscribed (1).
             if let Some(info) = unsafe { data.cast::<raw::RedisModuleSwapDbInfo>().as_ref() } {
-                state::index().swap_db(info.dbnum_first, info.dbnum_second);
-                state::bound().swap(info.dbnum_first, info.dbnum_second);
+                values::swapped(info.dbnum_first, info.dbnum_second);
                 // Waiters stay with their database number, whose keys
                 // changed under them.
                 wake_all(ctx, info.dbnum_first);
@@ -325,8 +315,8 @@ static MOVED_FROM_DB: AtomicI32 = AtomicI32::new(0);
 /// The key left the keyspace: its waiters must not wait for a release that
 /// will never come.
 fn wake_waiters(ctx: Ctx, key: RString) {
-    if effects::has_waiters(ctx, key) {
-        effects::resignal_later(ctx, rm::selected_db(ctx), rm::bytes(&key));
+    if wake::has_waiters(ctx, key) {
+        wake::resignal_later(ctx, rm::selected_db(ctx), rm::bytes(&key));
     }
 }
 
@@ -362,22 +352,8 @@ fn arrived(ctx: Ctx, name: RString) {
                     lease.apply(None, replaced);
                 }
             }
-            sessions::arrives_ended(db, key_bytes, lease);
+            values::lease_arrived(db, key_bytes, lease, now);
             state::fences().observe(lease.fence(), now);
-            // A new name: whatever the lease's mark says is about the old one.
-            lease.set_index_mark(None);
-            sessions::bind_all(db, key_bytes, lease);
-            if lease.deadline().is_some() {
-                state::index_lease(db, key_bytes, lease);
-            }
-            // A free one at once, and one with bound holds too: their
-            // session may not be here (it ended, or has yet to arrive), and
-            // a hold it freed is the reaper's to settle now, not at the
-            // hold's own deadline. A live one is put back at its deadline.
-            let bound = lease.bound_holds() > 0;
-            if (bound || lease.deadline().is_none()) && state::is_primary() {
-                state::index().insert(now, db, key_bytes);
-            }
         }
         Slot::WrongType => match key.value::<Resource>() {
             Slot::Ours(record) => {
@@ -478,7 +454,7 @@ unsafe extern "C" fn ttl_job(ctx: Ctx, pd: *mut c_void) {
                 };
                 if is_ours(&mut key) && key.has_ttl() && key.persist() {
                     drop(key);
-                    rm::replicate_persist(ctx, name.as_ptr());
+                    values::persisted(ctx, name.as_ptr());
                 }
             });
         },
@@ -503,22 +479,6 @@ unsafe extern "C" fn free_ttl_job(pd: *mut c_void) {
 /// Most due leases an `EXEC` looks at: they are reaped at their deadline, so
 /// more than a few are due at once only while the reaper is held back.
 const EXEC_DUE_LIMIT: usize = 64;
-
-pub fn filter_commands(ctx: Ctx) -> Result<(), String> {
-    // SAFETY: `ctx` is the load context; the callback is a function of the
-    // module, which is never unloaded.
-    let filter = unsafe {
-        api!(RedisModule_RegisterCommandFilter)(
-            ctx,
-            Some(on_command),
-            raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
-        )
-    };
-    if filter.is_null() {
-        return Err("cannot register the command filter".into());
-    }
-    Ok(())
-}
 
 /// `WATCH`: Redis aborts an `EXEC` when a watched key expired since the
 /// `WATCH`. A lease expires by its deadline, not a Redis TTL, and the reaper
@@ -579,11 +539,8 @@ fn touch_expired_leases() {
                     _ => false,
                 });
             if expired {
-                rm::touch(ctx, name.as_ptr());
                 // A session's bound holds expire with it.
-                if let Some((fence, _)) = session {
-                    sessions::touch_expiring(ctx, db, &key, fence);
-                }
+                values::expiring_touched(ctx, name.as_ptr(), session.map(|(fence, _)| fence));
             }
         });
     }

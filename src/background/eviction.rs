@@ -32,8 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use redis_module::configuration::ConfigurationContext;
 use redis_module::{enum_configuration, raw, ConfigurationValue, RedisError};
 
-use crate::keyspace::effects;
-use crate::keyspace::sessions;
+use crate::keyspace::commit::values::{self, Record};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
 use crate::keyspace::unlinked::{self, Saved, Unlinked};
@@ -327,19 +326,15 @@ fn restore(ctx: Ctx, unlinked: &mut Unlinked) {
     let value = std::mem::replace(&mut unlinked.value, Saved::Resource(Resource::default()));
     match value {
         Saved::Lease(lease) => {
-            state::shared_holds_moved(0, lease.shared_holds());
             let lease = types::store_lease(&mut key, lease);
-            sessions::revived(unlinked.db, &unlinked.key, lease);
-            sessions::bind_all(unlinked.db, &unlinked.key, lease);
-            effects::replicate_lease(ctx, name.as_ptr(), lease);
-            state::index_lease(unlinked.db, &unlinked.key, lease);
+            values::lease_restored(ctx, name.as_ptr(), lease);
             drop(key);
         }
         Saved::Resource(record) => {
             let highest = record.highest();
             types::store_resource(&mut key, record);
             drop(key);
-            effects::replicate_record(ctx, name.as_ptr(), highest);
+            values::record_written(ctx, name.as_ptr(), Record::Highest(highest), false);
         }
     }
     state::bump(&STATS.restored);

@@ -2,6 +2,7 @@
 //! eviction handling and server events. It calls the keyspace layer, never
 //! the command code.
 
+pub mod armed;
 pub mod events;
 pub mod eviction;
 pub mod migrate;

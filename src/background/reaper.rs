@@ -10,10 +10,12 @@ use std::sync::Mutex;
 
 use redis_module::raw;
 
-use crate::keyspace::effects;
+use crate::keyspace::commit::values;
+use crate::keyspace::commit::{commit, commit_reaped, Deletions, On};
 use crate::keyspace::sessions::{self, Lookup};
-use crate::keyspace::state::{self, STATS};
-use crate::keyspace::types::{self};
+use crate::keyspace::state;
+use crate::keyspace::wake;
+use crate::model::change::Change;
 use crate::model::config;
 use crate::model::index::Due;
 use crate::model::lease::Lease;
@@ -74,7 +76,7 @@ fn schedule(ctx: Ctx, after_ms: i64) {
 
 /// Rebuilds the deadline index from the keyspace, a little each tick.
 pub fn rescan() {
-    state::index().clear();
+    values::index_cleared();
     start_scan();
 }
 
@@ -101,6 +103,8 @@ fn start_scan() {
 unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
     let next = rm::guard("reaper", config::reap_interval_ms, || {
         let interval = config::reap_interval_ms();
+        // On replicas too: the filter is about the keyspace, not the role.
+        crate::background::armed::disarm_when_idle(rm::now_ms());
         if !state::is_primary() {
             return interval;
         }
@@ -108,7 +112,7 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
             // Deleting or handing over an expired lease writes; the server's
             // own active expiry waits out a pause the same way.
             HELD_BACK.store(true, Ordering::Relaxed);
-            return effects::PAUSED_RETRY_MS;
+            return wake::PAUSED_RETRY_MS;
         }
         HELD_BACK.store(false, Ordering::Relaxed);
         let now = rm::now_ms();
@@ -134,192 +138,127 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
     schedule(ctx, next);
 }
 
-/// Handles up to `batch` due index entries; returns how many it took.
-///
-/// The keys it deletes replicate as one `DEL` per database per batch
-/// rather than one per key: the replicas and the AOF see the same
-/// deletions, at a fraction of the cost of propagating each.
+/// Handles up to `batch` due index entries; returns how many it took. The
+/// keys it deletes replicate as one `DEL` per database per batch
+/// (`commit::Deletions`).
 fn reap(ctx: Ctx, now: u64, batch: usize) -> usize {
     let mut taken = 0;
-    let mut deleted: Vec<OwnedString> = Vec::new();
-    let mut deleted_db = 0;
+    let mut deleted = Deletions::default();
     while taken < batch {
         let Some(entry) = state::index().pop_due(now) else {
             break;
         };
         taken += 1;
-        if entry.db() != deleted_db && !deleted.is_empty() {
-            replicate_deletions(ctx, deleted_db, &mut deleted);
-        }
         if !rm::select_db(ctx, entry.db()) {
             continue;
         }
         let name = OwnedString::new(ctx, entry.key());
-        if reap_key(ctx, &entry, name.as_ptr(), now) {
-            deleted_db = entry.db();
-            deleted.push(name);
-        }
+        reap_key(ctx, &entry, name, now, &mut deleted);
     }
-    if !deleted.is_empty() {
-        replicate_deletions(ctx, deleted_db, &mut deleted);
-    }
+    deleted.flush(ctx);
     taken
 }
 
-fn replicate_deletions(ctx: Ctx, db: i32, names: &mut Vec<OwnedString>) {
-    if rm::select_db(ctx, db) {
-        let keys: Vec<RString> = names.iter().map(OwnedString::as_ptr).collect();
-        if state::is_cluster() {
-            // Each key on its own: a slot being exported (Valkey's atomic
-            // slot migration) takes only commands within one slot.
-            keys.iter().for_each(|k| rm::replicate_del(ctx, &[*k]));
-        } else {
-            rm::replicate_del(ctx, &keys);
-        }
-    }
-    names.clear();
-}
-
-/// Looks at one due key; returns whether it deleted it (expired, or a free
-/// record nobody waits for).
-fn reap_key(ctx: Ctx, entry: &Due, name: RString, now: u64) -> bool {
+/// Looks at one due key: an expired one (or a free record nobody waits
+/// for) is deleted, one with waiters is offered to them, a live one is
+/// indexed again.
+fn reap_key(ctx: Ctx, entry: &Due, name: OwnedString, now: u64, deleted: &mut Deletions) {
     let (db, key_bytes) = (entry.db(), entry.key());
     // Read first: closing a key opened for writing touches it for WATCH and
     // client tracking, which a lease found live must not be.
-    let Some(mut key) = Key::open_read(ctx, name) else {
-        return false;
+    let Some(mut key) = Key::open_read(ctx, name.as_ptr()) else {
+        return;
     };
     let Slot::Ours(lease) = key.value::<Lease>() else {
         // Deleted, renamed or replaced since it was indexed.
-        return false;
+        return;
     };
     let mut lookup = Lookup::new(ctx, now);
     if lease.is_live(now, &mut lookup) && !lease.has_expired_hold(now) {
         // Renewed since it was indexed, or an older entry of a key that has
-        // another: the lease needs one entry, at its deadline.
-        reindex(entry, lease);
-        return false;
+        // another: the lease needs one entry, at its deadline, unless it has
+        // one elsewhere that is not later.
+        let elsewhere = lease.index_mark().is_some_and(|at| {
+            at != entry.deadline_ms() && state::index().contains(at, db, key_bytes)
+        });
+        if !elsewhere {
+            commit(
+                ctx,
+                name.as_ptr(),
+                On::Lease(lease),
+                None,
+                Change::reindexed(),
+            );
+        }
+        return;
     }
     if lease.is_extended() {
         drop(key);
-        return settle_key(ctx, db, key_bytes, name, now, &mut lookup);
+        return settle_key(ctx, db, name, now, &mut lookup, deleted);
     }
+    let recheck_at = now.saturating_add(config::reap_interval_ms() as u64);
     if state::waiters().len(db, key_bytes) > 0 {
         // Expired with a queue: the head waiter takes it now. The key keeps
         // an entry, to be looked at again after the waiter's grant.
         drop(key);
-        effects::signal(ctx, name);
-        let recheck = now.saturating_add(config::reap_interval_ms() as u64);
-        state::index().insert(recheck, db, key_bytes);
-        return false;
+        return commit(
+            ctx,
+            name.as_ptr(),
+            On::Name,
+            None,
+            Change::offered(recheck_at),
+        );
     }
     let expired = lease.deadline().is_some();
     // Its entry was just taken: the unlink has none to remove.
     lease.set_index_mark(None);
     drop(key);
-    let Some(mut key) = Key::open_write(ctx, name) else {
-        return false;
+    let Some(mut key) = Key::open_write(ctx, name.as_ptr()) else {
+        return;
     };
-    types::delete(&mut key);
-    drop(key);
-    if expired {
-        rm::notify(ctx, notifications::EXPIRE, name);
-        state::bump(&STATS.expired);
-    }
-    true
+    commit_reaped(
+        ctx,
+        db,
+        name,
+        On::Key(&mut key),
+        Change::reaped(expired),
+        deleted,
+    );
 }
 
-/// Carries out what time and ended sessions did to an extended lease: the
-/// holds that are not live go (replicated, announced, counted, unbound),
-/// a lock-delay they start is kept, waiters are offered what is free, and
-/// a key left with no hold, no delay and no waiter is deleted (returns
-/// true; the caller replicates the `DEL`).
+/// Carries out what time and ended sessions did to an extended lease
+/// (`Change::settled`).
 fn settle_key(
     ctx: Ctx,
     db: i32,
-    key_bytes: &[u8],
-    name: RString,
+    name: OwnedString,
     now: u64,
     lookup: &mut Lookup,
-) -> bool {
-    let Some(mut key) = Key::open_write(ctx, name) else {
-        return false;
+    deleted: &mut Deletions,
+) {
+    let Some(mut key) = Key::open_write(ctx, name.as_ptr()) else {
+        return;
     };
     let Slot::Ours(lease) = key.value::<Lease>() else {
-        return false;
+        return;
     };
     if !lease.is_extended() {
         // Granted anew in the compact form since it was queued: no bound
         // hold, and its deadline is the index's business.
-        return false;
+        return;
     }
     let own_session = sessions::session_grant(lease);
-    // Read before the prune moves the deadline the mark is kept against.
-    let mark = lease.index_mark();
-    let shared_before = lease.shared_holds();
-    let delayed_before = lease.extended().map_or(0, |h| h.delayed_until());
-    let gone = lease.prune(now, lookup);
-    state::shared_holds_moved(shared_before, lease.shared_holds());
-    let delayed_until = lease.extended().map_or(0, |h| h.delayed_until());
-    let waiting = state::waiters().len(db, key_bytes) > 0;
-    let has_holds = lease.extended().is_some_and(|h| !h.is_empty());
-    // A key that goes is replicated as its `DEL` alone (by the caller).
-    let stays = has_holds || delayed_until > now || waiting;
-    if !gone.is_empty() {
-        if stays {
-            effects::replicate_drop(ctx, name, gone.iter().map(|(h, _)| &*h.token));
-        }
-        rm::notify(ctx, notifications::EXPIRE, name);
-        state::add(&STATS.expired, gone.len() as u64);
-        let by_session = gone
-            .iter()
-            .filter(|(h, at)| h.grant.session().is_some() && *at < h.grant.deadline_ms)
-            .count();
-        sessions::count_session_expiries(by_session);
-        sessions::unbind(db, key_bytes, gone.iter().map(|(h, _)| h));
-        if let Some((fence, _)) = own_session {
-            if let Some((_, at)) = gone.iter().find(|(h, _)| h.grant.fence == fence) {
-                sessions::ended(ctx, db, key_bytes, fence, *at);
-            }
-        }
-    }
-    if delayed_until > delayed_before {
-        state::bump(&STATS.delays);
-        effects::replicate_delay(ctx, name, delayed_until);
-    } else if delayed_until < delayed_before && stays {
-        // A delay that ended is forgotten, on replicas as here.
-        effects::replicate_delay(ctx, name, delayed_until);
-    }
-    // The key's entry goes: the reaper may be here for a session's end,
-    // with that entry still in the index (a popped one is gone already,
-    // and removing it again does nothing).
-    if let Some(at) = mark {
-        state::index().remove(at, db, key_bytes);
-    }
-    if stays {
-        lease.set_index_mark(None);
-        lease.refresh_earliest();
-        state::index_lease(db, key_bytes, lease);
-        drop(key);
-        if waiting && !has_holds && delayed_until <= now {
-            // Free with a queue: the head takes it; looked at again after.
-            let recheck = now.saturating_add(config::reap_interval_ms() as u64);
-            state::index().insert(recheck, db, key_bytes);
-        }
-        if waiting {
-            effects::signal(ctx, name);
-        }
-        return false;
-    }
-    lease.set_index_mark(None);
-    types::delete(&mut key);
-    true
+    let waiting = state::waiters().len(db, rm::bytes(&name.as_ptr())) > 0;
+    let recheck_at = now.saturating_add(config::reap_interval_ms() as u64);
+    let change = Change::settled(lease, now, lookup, own_session, waiting, recheck_at);
+    commit_reaped(ctx, db, name, On::Key(&mut key), change, deleted);
 }
 
 /// Reaps, up to `budget` keys, the bound holds of sessions that ended;
 /// returns how many keys it looked at.
 fn reap_ended(ctx: Ctx, now: u64, budget: usize) -> usize {
     let mut taken = 0;
+    let mut deleted = Deletions::default();
     while taken < budget {
         let next = {
             let mut index = state::bound();
@@ -342,7 +281,8 @@ fn reap_ended(ctx: Ctx, now: u64, budget: usize) -> usize {
         }
         if announce {
             let name = OwnedString::new(ctx, &session);
-            rm::notify(ctx, notifications::SESSION_END, name.as_ptr());
+            let change = Change::announced(notifications::SESSION_END);
+            commit(ctx, name.as_ptr(), On::Name, None, change);
         }
         // One lookup for the batch: its keys are bound to the one session
         // that ended, read once rather than once a key.
@@ -350,26 +290,11 @@ fn reap_ended(ctx: Ctx, now: u64, budget: usize) -> usize {
         for key in keys {
             taken += 1;
             let name = OwnedString::new(ctx, &key);
-            if settle_key(ctx, db, &key, name.as_ptr(), now, &mut lookup) {
-                rm::replicate_del(ctx, &[name.as_ptr()]);
-            }
+            settle_key(ctx, db, name, now, &mut lookup, &mut deleted);
         }
     }
+    deleted.flush(ctx);
     taken
-}
-
-/// Gives a live lease the one index entry it needs, at its (earliest)
-/// deadline, unless it has one elsewhere that is not later.
-fn reindex(entry: &Due, lease: &mut Lease) {
-    let (db, key_bytes) = (entry.db(), entry.key());
-    let entry_elsewhere = lease
-        .index_mark()
-        .is_some_and(|at| at != entry.deadline_ms() && state::index().contains(at, db, key_bytes));
-    if !entry_elsewhere {
-        lease.set_index_mark(None);
-        lease.refresh_earliest();
-        state::index_lease(db, key_bytes, lease);
-    }
 }
 
 struct ScanState {
@@ -431,7 +356,7 @@ fn persist_all(ctx: Ctx, names: &mut Vec<Box<[u8]>>) {
         if let Some(mut key) = Key::open_write(ctx, name.as_ptr()) {
             if key.persist() {
                 drop(key);
-                rm::replicate_persist(ctx, name.as_ptr());
+                values::persisted(ctx, name.as_ptr());
             }
         }
     }
@@ -478,7 +403,7 @@ unsafe fn index_scanned(name: RString, key: *mut raw::RedisModuleKey, privdata: 
             // deletes it if its queue is gone. Marks from before the index
             // was cleared are stale: every key gets its entry again.
             let due = lease.deadline().unwrap_or(0);
-            state::index().insert(due, state.db, rm::bytes(&name));
+            values::scanned(state.db, rm::bytes(&name), due);
             lease.set_index_mark(Some(due));
             state::fences().observe(lease.fence(), rm::now_ms());
             true

@@ -12,11 +12,13 @@ use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
 
+use crate::keyspace::cluster;
+use crate::keyspace::commit::values;
 use crate::keyspace::commit::{commit, On};
-use crate::keyspace::effects;
 use crate::keyspace::sessions::{self, Lookup};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types::{self};
+use crate::keyspace::wake;
 use crate::keyspace::wire::Wire;
 use crate::model::change::{Change, Index, Signal};
 use crate::model::config;
@@ -179,7 +181,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 // A grant writes and propagates: offered again once the
                 // pause ends (nothing the module does signals a key while
                 // paused; this guards what the server might).
-                effects::resignal_later(ctx, waiter.db, &waiter.key);
+                wake::resignal_later(ctx, waiter.db, &waiter.key);
                 return ERR;
             }
             // SAFETY: `ctx` is a blocked client's reply context, where the
@@ -219,7 +221,7 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
                 }
                 // A key migrated away leaves no lease to take here: the
                 // waiter stays blocked until the server redirects it.
-                Slot::Empty if !effects::serves_slot_of(ctx, key_name) => return ERR,
+                Slot::Empty if !cluster::serves_slot_of(ctx, key_name) => return ERR,
                 Slot::Empty => (&mut fresh, false),
                 Slot::Ours(lease) => (lease, true),
             };
@@ -326,8 +328,59 @@ unsafe extern "C" fn free_waiter(ctx: Ctx, privdata: *mut c_void) {
             if was_head && waiters.len(waiter.db, &waiter.key) > 0 {
                 // The head left unserved (timeout, disconnect): the next waiter
                 // must be offered the lease in case it is free.
-                effects::resignal_later(ctx, waiter.db, &waiter.key);
+                wake::resignal_later(ctx, waiter.db, &waiter.key);
             }
         },
     );
+}
+
+/// Makes `resignal_tick` the timer `state::wake_later` arms; at load.
+pub fn install_waker() {
+    state::set_waker(resignal_tick);
+}
+
+/// # Safety
+/// `ctx` is a timer callback's context, valid for the call.
+unsafe extern "C" fn resignal_tick(ctx: Ctx, _data: *mut c_void) {
+    if rm::writes_paused() {
+        // Serving a waiter writes: try again once the pause ends.
+        // SAFETY: `ctx` is this timer's context; the new timer carries no
+        // data, and its callback is this function, of a module that is
+        // never unloaded.
+        unsafe {
+            api!(RedisModule_CreateTimer)(
+                ctx,
+                wake::PAUSED_RETRY_MS,
+                Some(resignal_tick),
+                std::ptr::null_mut(),
+            )
+        };
+        return;
+    }
+    rm::guard("waiter resignal", || (), || resignal(ctx));
+}
+
+fn resignal(ctx: Ctx) {
+    let pending = state::take_wakes();
+    for (db, key) in pending {
+        if state::waiters().len(db, &key) == 0 || !rm::select_db(ctx, db) {
+            continue;
+        }
+        let name = OwnedString::new(ctx, &key);
+        if let Some(mut open) = Key::open_write(ctx, name.as_ptr()) {
+            if open.is_empty() && !cluster::serves_slot_of(ctx, name.as_ptr()) {
+                // Migrated away: the server redirects its waiters.
+                continue;
+            }
+            if open.is_empty() {
+                // The key vanished under its waiters. Blocked clients are
+                // served only on keys that exist (Redis 7.0), so put a free
+                // lease record there for the head of the queue to take; the
+                // reaper deletes it if the queue empties first.
+                let lease = types::store_lease(&mut open, Lease::default());
+                values::kept_for_waiters(ctx, name.as_ptr(), lease);
+            }
+        }
+        wake::signal(ctx, name.as_ptr());
+    }
 }

@@ -7,10 +7,10 @@ use std::os::raw::c_int;
 use redis_module::raw;
 
 use crate::keyspace::commit::{commit, On};
-use crate::keyspace::effects;
 use crate::keyspace::sessions::{self, Lookup};
 use crate::keyspace::state;
 use crate::keyspace::types;
+use crate::keyspace::wake;
 use crate::keyspace::wire::Wire;
 use crate::model::args;
 use crate::model::change::{Change, Signal};
@@ -128,7 +128,7 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
         Slot::Ours(lease) => (lease, true),
     };
     // Clients already waiting get a free lease before this caller does.
-    let queue_ahead = effects::has_waiters(ctx, key_name);
+    let queue_ahead = wake::has_waiters(ctx, key_name);
     let shared_before = lease.shared_holds();
     let mut lookup = Lookup::new(ctx, now);
     // The key's own grant, read before this one may replace it: if it was a

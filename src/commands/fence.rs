@@ -3,13 +3,12 @@
 
 use std::os::raw::c_int;
 
-use crate::keyspace::effects::replicate_record;
+use crate::keyspace::commit::values::{self, Record};
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::types;
 use crate::model::args::parse_fence;
 use crate::model::error;
 use crate::model::lease::Resource;
-use crate::model::notifications;
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::inner::{self, Verdict};
@@ -110,8 +109,7 @@ fn fence(ctx: Ctx, args: &[RString]) -> c_int {
     drop(key);
     if recorded {
         state::bump(&STATS.fence_accepted);
-        replicate_record(ctx, *resource, fence);
-        rm::notify(ctx, notifications::FENCE, *resource);
+        values::record_written(ctx, *resource, Record::Highest(fence), true);
     }
     reply.send(ctx)
 }
@@ -138,7 +136,6 @@ fn record_fence(ctx: Ctx, resource: RString, fence: u64) -> c_int {
     state::bump(&STATS.fence_accepted);
     // The call is its own effect: the replica's record holds the same
     // highest, so replaying it is exact.
-    rm::replicate_verbatim(ctx);
-    rm::notify(ctx, notifications::FENCE, resource);
+    values::record_written(ctx, resource, Record::Verbatim, true);
     rm::reply_integer(ctx, fence as i64)
 }

@@ -3,9 +3,9 @@
 
 use std::os::raw::c_int;
 
-use crate::keyspace::effects;
 use crate::keyspace::sessions::{self, Lookup};
 use crate::keyspace::state;
+use crate::keyspace::wake;
 use crate::model::error;
 use crate::model::holds::Mode;
 use crate::model::lease::{Lease, State};
@@ -60,7 +60,7 @@ fn info(ctx: Ctx, args: &[RString]) -> c_int {
         State::Free => (b"free", -1),
     };
     let view = lease.view(now, &mut sessions);
-    let waiters = effects::waiters_on(ctx, *key_name);
+    let waiters = wake::waiters_on(ctx, *key_name);
     // A limit binds while the key has holders or waiters, and shows then.
     let limit = view.limit.filter(|_| view.holders > 0 || waiters > 0);
     // Holds bound to this key as a session, while it is a live one.

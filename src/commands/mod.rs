@@ -1,5 +1,5 @@
 //! The LEASE commands, one file each, every one read as parse, open the key,
-//! ask the model, carry out the effects (`keyspace::effects`), reply; and
+//! ask the model, commit the change (`keyspace::commit`), reply; and
 //! what they share: the panic guard and token redaction around each call,
 //! where a call comes from, and the registration (`registry.rs`).
 //!

@@ -3,8 +3,8 @@
 use std::os::raw::c_int;
 
 use crate::keyspace::commit::{commit, On};
-use crate::keyspace::effects;
 use crate::keyspace::sessions::Lookup;
+use crate::keyspace::wake;
 use crate::keyspace::wire::Wire;
 use crate::model::args::check_token;
 use crate::model::change::{Change, Count};
@@ -78,7 +78,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         return rm::reply_integer(ctx, 0);
     };
     let stays = lease.stays_after_release();
-    let waiting = effects::has_waiters(ctx, *key_name);
+    let waiting = wake::has_waiters(ctx, *key_name);
     let shared = (shared_before, lease.shared_holds());
     let change = Change::released(
         &released,

@@ -10,7 +10,7 @@ use std::os::raw::c_int;
 
 use redis_module::raw;
 
-use crate::background::eviction;
+use crate::background::{armed, eviction};
 use crate::keyspace::state::{self, read, STATS};
 use crate::rm::api;
 
@@ -113,6 +113,12 @@ pub unsafe extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_repo
             );
             // 1 on a primary (which decides and reaps), 0 on a replica.
             add(c"role_primary", u64::from(state::is_primary()));
+            // 1 while the module's command filter runs before every command:
+            // while lease keys exist, and for 10 s after the last one goes.
+            add(c"command_filter", u64::from(armed::filtering()));
+            // 1 once the module hears key events (`DEL`, `RENAME`, `EXPIRE`,
+            // ...): from its first lease or record on.
+            add(c"key_events", u64::from(armed::hearing_keys()));
         },
     )
 }

@@ -6,11 +6,12 @@
 //! `LEASE.DEBUG CHECK` reads of all this (`audit.rs`).
 
 pub mod audit;
+pub mod cluster;
 pub mod commit;
-pub mod effects;
 pub mod removals;
 pub mod sessions;
 pub mod state;
 pub mod types;
 pub mod unlinked;
+pub mod wake;
 pub mod wire;

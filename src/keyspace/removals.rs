@@ -4,6 +4,7 @@
 //! RELOAD ... MERGE`) can be held to the one it replaced
 //! (`background/events.rs`, `arrived`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// The last fence of a value an unlink took from under a name: a lease's
@@ -47,6 +48,10 @@ static REMOVED: Mutex<Removals> = Mutex::new(Removals {
     next: 0,
 });
 
+/// Whether a note may be there: read without the lock by the key events
+/// every `DEL` of any key sends.
+static NOTED: AtomicBool = AtomicBool::new(false);
+
 fn removals() -> std::sync::MutexGuard<'static, Removals> {
     REMOVED.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -62,15 +67,19 @@ pub fn note_removed(db: i32, key: &[u8], floor: Floor) {
     slot.key.clear();
     slot.key.extend_from_slice(key);
     slot.floor = Some(floor);
+    NOTED.store(true, Ordering::Relaxed);
 }
 
 /// Whether an unlink left a note no arrival has taken yet.
 pub fn any_removed() -> bool {
-    removals().slots.iter().any(|s| s.floor.is_some())
+    NOTED.load(Ordering::Relaxed) && removals().slots.iter().any(|s| s.floor.is_some())
 }
 
 /// Forgets the notes: the removals they describe are done with.
 pub fn forget_removed() {
+    if !NOTED.swap(false, Ordering::Relaxed) {
+        return;
+    }
     let mut removals = removals();
     for slot in &mut removals.slots {
         slot.floor = None;
@@ -80,6 +89,9 @@ pub fn forget_removed() {
 /// The floor of the value just replaced under `key`, if one was; forgets
 /// the notes either way.
 pub fn take_removed(db: i32, key: &[u8]) -> Option<Floor> {
+    if !NOTED.swap(false, Ordering::Relaxed) {
+        return None;
+    }
     let mut removals = removals();
     let floor = removals
         .slots

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::keyspace::state::{self, STATS};
 use crate::model::error::{self, Message};
-use crate::model::holds::{Binding, Hold, SessionState, Sessions};
+use crate::model::holds::{Binding, SessionState, Sessions};
 use crate::model::lease::{Lease, NotSession};
 use crate::model::sessions::BoundIndex;
 use crate::rm::{self, Ctx, Key, OwnedString, RString, Slot};
@@ -70,11 +70,6 @@ pub fn any_bound() -> bool {
 
 fn note_count(index: &BoundIndex) {
     ANY_BOUND.store(index.holds() > 0, Ordering::Relaxed);
-}
-
-/// The bound holds of `holds` on `key` are gone.
-pub fn unbind<'a>(db: i32, key: &[u8], holds: impl IntoIterator<Item = &'a Hold>) {
-    unbind_bindings(db, key, holds.into_iter().filter_map(|h| h.grant.session()));
 }
 
 /// The bound holds of these bindings on `key` are gone.
@@ -221,15 +216,20 @@ pub fn touch_expiring(ctx: Ctx, db: i32, key: &[u8], fence: u64) {
 /// A lease value arriving under `key` (`RENAME`, `MOVE`, `RESTORE`,
 /// `MIGRATE`): if its fence is that of a session grant which ended here
 /// with holds bound to it, or older, it is that ended session (or an older
-/// value of the name) coming back, and it arrives free with its fence.
-pub fn arrives_ended(db: i32, key: &[u8], lease: &mut Lease) {
+/// value of the name) coming back, and it arrives free with its fence
+/// (returns true).
+pub fn arrives_ended(db: i32, key: &[u8], lease: &mut Lease) -> bool {
     if !state::bound().is_buried(db, key, lease.fence()) {
-        return;
+        return false;
     }
     // Not in the session index yet: a value is bound when it has arrived.
-    let shared = lease.shared_holds();
     lease.apply(None, lease.fence());
-    state::shared_holds_moved(shared, 0);
+    true
+}
+
+/// `SWAPDB a b`: the bound holds of each database are the other's.
+pub fn swap(a: i32, b: i32) {
+    state::bound().swap(a, b);
 }
 
 /// A session's lease put back under its name (eviction restore): if it is

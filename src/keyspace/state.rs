@@ -82,6 +82,56 @@ pub fn may_be_ours(key: &[u8]) -> bool {
         .is_some_and(|w| w.load(Ordering::Relaxed) & bit != 0)
 }
 
+/// What the module costs the server's other commands, paid only while it
+/// holds something: the key-event subscription from its first value on
+/// (the server has no way to end one), the command filter while lease keys
+/// exist. `background::events` installs the two functions at load; the
+/// types call `arm_leases` and `arm_records` as they store or load a value,
+/// which costs them a load of one flag once armed.
+static LEASES_ARMED: AtomicBool = AtomicBool::new(false);
+static RECORDS_ARMED: AtomicBool = AtomicBool::new(false);
+static ARM_LEASES: OnceLock<fn()> = OnceLock::new();
+static ARM_RECORDS: OnceLock<fn()> = OnceLock::new();
+
+/// Installs what arms the module for leases (filter and events) and for
+/// records (events).
+pub fn set_armers(leases: fn(), records: fn()) {
+    let _ = ARM_LEASES.set(leases);
+    let _ = ARM_RECORDS.set(records);
+}
+
+/// A lease value is about to exist: the filter and the key events must be on.
+#[inline]
+pub fn arm_leases() {
+    arm(&LEASES_ARMED, &ARM_LEASES);
+}
+
+/// A resource record is about to exist: the key events must be on.
+#[inline]
+pub fn arm_records() {
+    arm(&RECORDS_ARMED, &ARM_RECORDS);
+}
+
+#[inline]
+fn arm(armed: &AtomicBool, how: &OnceLock<fn()>) {
+    if !armed.load(Ordering::Relaxed) {
+        if let Some(arm) = how.get() {
+            arm();
+        }
+        armed.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The command filter was taken off (no lease key for a while): the next
+/// lease value arms it again.
+pub fn disarm_leases() {
+    LEASES_ARMED.store(false, Ordering::Relaxed);
+}
+
+pub fn leases_armed() -> bool {
+    LEASES_ARMED.load(Ordering::Relaxed)
+}
+
 /// Every database was flushed: no name holds anything of ours.
 pub fn forget_names() {
     NAMES.iter().for_each(|w| w.store(0, Ordering::Relaxed));
@@ -129,8 +179,39 @@ pub fn bound() -> MutexGuard<'static, BoundIndex> {
     lock(&BOUND)
 }
 
-pub fn waiters() -> MutexGuard<'static, WaitQueues> {
-    lock(&WAITERS)
+pub fn waiters() -> Waiters {
+    Waiters(lock(&WAITERS))
+}
+
+/// Whether any client waits, kept by `Waiters`: read without the lock by
+/// the key events every `DEL` of any key sends.
+static ANY_WAITING: AtomicBool = AtomicBool::new(false);
+
+pub fn any_waiting() -> bool {
+    ANY_WAITING.load(Ordering::Relaxed)
+}
+
+/// The wait queues, locked; `ANY_WAITING` is brought up to date as the lock
+/// is let go.
+pub struct Waiters(MutexGuard<'static, WaitQueues>);
+
+impl std::ops::Deref for Waiters {
+    type Target = WaitQueues;
+    fn deref(&self) -> &WaitQueues {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Waiters {
+    fn deref_mut(&mut self) -> &mut WaitQueues {
+        &mut self.0
+    }
+}
+
+impl Drop for Waiters {
+    fn drop(&mut self) {
+        ANY_WAITING.store(!self.0.is_empty(), Ordering::Relaxed);
+    }
 }
 
 /// Whether the server runs in cluster mode (read at load).

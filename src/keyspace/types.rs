@@ -19,11 +19,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use crate::keyspace::commit::values;
 use crate::keyspace::removals::{self, Floor};
-use crate::keyspace::sessions;
 use crate::keyspace::state::{self, STATS};
 use crate::keyspace::unlinked::{self, Saved};
-use crate::keyspace::wire::{self, Sink};
 use crate::model::effect;
 use crate::model::encoding::{self, Encoded, Reader, Writer};
 use crate::model::holds::Unbound;
@@ -110,6 +109,7 @@ fn resource_type() -> *mut raw::RedisModuleType {
 
 /// Stores a new lease value in an empty key.
 pub fn store_lease(key: &mut Key, lease: Lease) -> &mut Lease {
+    state::arm_leases();
     state::bump(&STATS.lease_keys);
     state::note_name(key.name());
     key.set(Box::new(lease))
@@ -129,6 +129,7 @@ pub fn delete(key: &mut Key) {
 
 /// Stores a new resource record in an empty key.
 pub fn store_resource(key: &mut Key, resource: Resource) -> &mut Resource {
+    state::arm_records();
     state::bump(&STATS.resource_keys);
     state::note_name(key.name());
     key.set(Box::new(resource))
@@ -145,27 +146,30 @@ fn note_loaded_name(rdb: *mut raw::RedisModuleIO) {
     }
 }
 
-/// A lease read by an RDB load or a full sync has its bound holds in the
-/// session index at once, on a replica as on a primary. (A `RESTORE` binds
-/// when the key arrives: the server may still refuse the payload.)
-fn bind_loaded(rdb: *mut raw::RedisModuleIO, lease: &Lease) {
-    if lease.bound_holds() == 0 {
-        return;
-    }
+/// A lease read: counted in the gauge; one read by an RDB load or a full
+/// sync has its bound holds in the session index at once, on a replica as
+/// on a primary. (A `RESTORE` binds when the key arrives: the server may
+/// still refuse the payload.)
+fn note_loaded(rdb: *mut raw::RedisModuleIO, lease: &Lease) {
+    let name = (lease.bound_holds() > 0)
+        .then(|| loading_db(rdb))
+        .flatten()
+        .map(|(db, name)| (db, name.cast_mut()));
+    values::lease_loaded(name.as_ref().map(|(db, n)| (*db, rm::bytes(n))), lease);
+}
+
+/// The database and key name an RDB load or full sync is reading; none
+/// for a `RESTORE` (or a server that cannot say).
+fn loading_db(rdb: *mut raw::RedisModuleIO) -> Option<(i32, *const raw::RedisModuleString)> {
     let loading = rm::context_flags(rm::module_ctx()) & raw::REDISMODULE_CTX_FLAGS_LOADING != 0;
     // SAFETY: a read of the API table after RedisModule_Init wrote it (see
     // `api!`); `None` on a server without it.
-    let Some(db_of) = (unsafe { raw::RedisModule_GetDbIdFromIO }) else {
-        return;
-    };
+    let db_of = unsafe { raw::RedisModule_GetDbIdFromIO }?;
     // SAFETY: `rdb` is the IO handle Redis passed the running load callback
     // (the handle rule); the name is null where the load has none.
     let name = unsafe { api!(RedisModule_GetKeyNameFromIO)(rdb) };
-    if loading && !name.is_null() {
-        // SAFETY: as above.
-        let db = unsafe { db_of(rdb) };
-        sessions::bind_all(db, rm::bytes(&name.cast_mut()), lease);
-    }
+    // SAFETY: as above.
+    (loading && !name.is_null()).then(|| (unsafe { db_of(rdb) }, name))
 }
 
 fn load_failed(what: &str) -> *mut c_void {
@@ -199,13 +203,13 @@ unsafe extern "C" fn lease_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int)
     rm::guard("lease-key load", std::ptr::null_mut, || {
         match encoding::decode_lease(&mut Io(rdb), encver, rm::now_ms()) {
             Ok(lease) => {
+                state::arm_leases();
                 note_loaded_name(rdb);
                 // The fence it carries raises the sequence once the key is
                 // really stored (the `restore` event, a rescan): Redis may still
                 // refuse the payload after this returns.
                 state::bump(&STATS.lease_keys);
-                state::shared_holds_moved(0, lease.shared_holds());
-                bind_loaded(rdb, &lease);
+                note_loaded(rdb, &lease);
                 Box::into_raw(Box::new(lease)).cast()
             }
             Err(what) => load_failed(what),
@@ -264,8 +268,7 @@ unsafe extern "C" fn lease_aof_rewrite(
             let Some(lease) = (unsafe { value.cast::<Lease>().as_ref() }) else {
                 return;
             };
-            // Its whole state, as replication writes it (`effect::whole`).
-            effect::whole(lease, |e| wire::send(Sink::Rewrite(aof), key, e));
+            values::lease_rewritten(aof, key, lease);
         },
     )
 }
@@ -339,7 +342,7 @@ unsafe extern "C" fn lease_free(value: *mut c_void) {
             // SAFETY: `value` is a `Box<Lease>` this module stored under
             // this type (`ModuleValue for Lease`), freed only here, once.
             let lease = unsafe { Box::from_raw(value.cast::<Lease>()) };
-            state::shared_holds_moved(lease.shared_holds(), 0);
+            values::lease_freed(&lease);
         },
     );
     state::drop_one(&STATS.lease_keys);
@@ -400,18 +403,7 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
             let Some(lease) = (unsafe { value.cast::<Lease>().as_ref() }) else {
                 return;
             };
-            if let (Some(at), true) = (lease.index_mark(), state::is_primary()) {
-                state::index().remove(at, db, key);
-            }
-            // Its bound holds leave the session index; if it is a session,
-            // the session ends with it (its deadline, if that passed first).
-            if sessions::any_bound() {
-                sessions::unbind_all(db, key, lease);
-                if let Some((fence, deadline)) = sessions::session_grant(lease) {
-                    let at = deadline.min(rm::now_ms());
-                    sessions::ended(rm::module_ctx(), db, key, fence, at);
-                }
-            }
+            values::lease_unlinked(db, key, lease);
             // The module's own deletions (a release, the reaper, a master's
             // word) replace nothing, leave no waiter behind and are no
             // eviction: the rest is for the server's removals.
@@ -491,6 +483,7 @@ unsafe extern "C" fn resource_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_i
         std::ptr::null_mut,
         || match encoding::decode_resource(&mut Io(rdb), encver) {
             Ok(record) => {
+                state::arm_records();
                 note_loaded_name(rdb);
                 state::bump(&STATS.resource_keys);
                 Box::into_raw(Box::new(record)).cast()
@@ -527,17 +520,7 @@ unsafe extern "C" fn resource_aof_rewrite(
     // Redis hands each type's callbacks only its own values.
     if let Some(r) = unsafe { value.cast::<Resource>().as_ref() } {
         let highest = rm::guard("fence-rec AOF rewrite", || FENCE_LIMIT - 1, || r.highest());
-        // SAFETY: Redis passes a valid IO handle and the key's name to
-        // aof_rewrite; the format `sl` takes a module string and an i64.
-        unsafe {
-            api!(RedisModule_EmitAOF)(
-                aof,
-                c"LEASE.FENCE".as_ptr(),
-                c"sl".as_ptr(),
-                key,
-                highest as i64,
-            )
-        };
+        values::record_rewritten(aof, key, highest);
     }
 }
 

@@ -48,7 +48,15 @@ fn monotonic_us() -> u64 {
     unsafe { raw::RedisModule_MonotonicMicroseconds }.map_or(0, |f| unsafe { f() })
 }
 
+/// Whether a copy may be kept: read without the lock by the key events
+/// every `DEL` of any key sends.
+static KEPT: AtomicBool = AtomicBool::new(false);
+
 fn store(unlinked: Option<Unlinked>) {
+    if unlinked.is_none() && !KEPT.load(Ordering::Relaxed) {
+        return;
+    }
+    KEPT.store(unlinked.is_some(), Ordering::Relaxed);
     *LAST_UNLINKED.lock().unwrap_or_else(|e| e.into_inner()) = unlinked;
 }
 
@@ -91,6 +99,7 @@ pub fn take(db: i32, key: &[u8]) -> Option<Unlinked> {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take();
+    KEPT.store(false, Ordering::Relaxed);
     let fresh =
         |u: &Unlinked| listening() || monotonic_us().saturating_sub(u.at_us) <= UNLINK_WINDOW_US;
     taken.filter(|u| u.db == db && *u.key == *key && fresh(u))

@@ -133,3 +133,22 @@ fn send_many<T: WireToken>(sink: Sink, key: RString, parts: &[Arg<'_, T>]) {
         )
     };
 }
+
+/// A resource record's highest fence as `LEASE.FENCE resource highest`: to
+/// replicas, or into an AOF rewrite. The one writer of the record's form.
+pub fn send_record(sink: Sink, resource: RString, highest: u64) {
+    let (name, format) = (c"LEASE.FENCE".as_ptr(), c"sl".as_ptr());
+    // SAFETY: `resource` is valid by the handle rule, a `Replicate` context
+    // the caller's, a `Rewrite` handle the one Redis passed aof_rewrite; the
+    // format `sl` takes the module string and the i64 passed.
+    unsafe {
+        match sink {
+            Sink::Replicate(ctx) => {
+                api!(RedisModule_Replicate)(ctx, name, format, resource, highest as i64);
+            }
+            Sink::Rewrite(aof) => {
+                api!(RedisModule_EmitAOF)(aof, name, format, resource, highest as i64);
+            }
+        }
+    }
+}
