@@ -1,5 +1,5 @@
 //! Criterion micro benches of the pure core: the lease state machine and the fence
-//! sequence (`model/src/lease.rs`) and the deadline index (`model/src/index.rs`), through
+//! sequence (`model/src/lease/`) and the deadline index (`model/src/index.rs`), through
 //! the model crate the module builds on. Run: `cargo bench --bench core`.
 
 use redis_lease_model::{index, lease};
@@ -9,7 +9,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 
 use index::DeadlineIndex;
-use lease::{Acquire, FenceSequence, Lease};
+use lease::{Acquire, FenceSequence, Lease, Request};
 use redis_lease_model::holds::Unbound;
 
 const T0: u64 = 1_700_000_000_000;
@@ -29,8 +29,12 @@ fn bench_lease(c: &mut Criterion) {
         b.iter_batched_ref(
             Lease::default,
             |lease| {
-                let r = lease.acquire(black_box(TOKEN), 30_000, T0, false, &mut fences);
-                debug_assert!(matches!(r, Ok(Acquire::Granted { .. })));
+                let r = lease.acquire(
+                    Request::plain(black_box(TOKEN), 30_000, T0),
+                    &mut fences,
+                    &mut Unbound,
+                );
+                debug_assert!(matches!(r, Ok((Acquire::Granted { .. }, _))));
                 black_box(r)
             },
             BatchSize::SmallInput,
@@ -39,17 +43,23 @@ fn bench_lease(c: &mut Criterion) {
     g.bench_function("acquire busy", |b| {
         let mut fences = FenceSequence::new();
         let mut lease = Lease::default();
-        let _ = lease.acquire(TOKEN, 30_000, T0, false, &mut fences);
-        b.iter(|| black_box(lease.acquire(black_box(OTHER), 30_000, T0 + 1, false, &mut fences)))
+        let _ = lease.acquire(Request::plain(TOKEN, 30_000, T0), &mut fences, &mut Unbound);
+        b.iter(|| {
+            black_box(lease.acquire(
+                Request::plain(black_box(OTHER), 30_000, T0 + 1),
+                &mut fences,
+                &mut Unbound,
+            ))
+        })
     });
     g.bench_function("renew", |b| {
         let mut fences = FenceSequence::new();
         let mut lease = Lease::default();
-        let _ = lease.acquire(TOKEN, 30_000, T0, false, &mut fences);
+        let _ = lease.acquire(Request::plain(TOKEN, 30_000, T0), &mut fences, &mut Unbound);
         let mut now = T0;
         b.iter(|| {
             now += 1;
-            black_box(lease.renew_hold(black_box(TOKEN), 30_000, now, &mut Unbound))
+            black_box(lease.renew(black_box(TOKEN), 30_000, now, &mut Unbound))
         })
     });
     g.bench_function("release", |b| {
@@ -57,7 +67,7 @@ fn bench_lease(c: &mut Criterion) {
         b.iter_batched_ref(
             || {
                 let mut lease = Lease::default();
-                let _ = lease.acquire(TOKEN, 30_000, T0, false, &mut fences);
+                let _ = lease.acquire(Request::plain(TOKEN, 30_000, T0), &mut fences, &mut Unbound);
                 lease
             },
             |lease| black_box(lease.release(black_box(TOKEN), T0 + 1, &mut Unbound)),

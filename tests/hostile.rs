@@ -31,7 +31,7 @@ const TOO_MANY_INNER_ERR: &str =
     "ERR LEASE.FENCE: the inner command may have at most 256 arguments after its name";
 const MINUTE: u64 = 60_000;
 const MAX_TTL: u64 = 1 << 40;
-/// Deadlines past this are corrupt (model/src/lease.rs `MAX_DEADLINE_MS`).
+/// Deadlines past this are corrupt (model/src/lease/mod.rs `MAX_DEADLINE_MS`).
 const MAX_DEADLINE: u64 = FENCE_LIMIT / 1024 + MAX_TTL;
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -27,7 +27,7 @@ use redis::{Connection, Value};
 
 const MINUTE: u64 = 60_000;
 const MAX_TTL: u64 = 1 << 40;
-/// `MAX_AHEAD` in model/src/lease.rs: how far above its clock floor anything observed may
+/// `MAX_AHEAD` in model/src/lease/fence.rs: how far above its clock floor anything observed may
 /// carry a node's fence sequence.
 const MAX_AHEAD: u64 = 30 * 86_400_000 * 1024;
 const WAIT: Duration = Duration::from_secs(10);

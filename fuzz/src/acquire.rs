@@ -1,14 +1,14 @@
 //! `LEASE.ACQUIRE key ttl [TOKEN token] [BLOCK timeout] [SHARED [LIMIT n]]
 //! [SESSION session-key session-token] [OWNER label] [DELAY ms]`: the
 //! parser against an oracle written apart from it, then the grants a parsed
-//! call makes, on the compact form (`Lease::acquire`) and on the terms it
-//! asked (`Lease::acquire_on`).
+//! call makes (`Lease::acquire`), on the compact form and on the terms it
+//! asked.
 
 use std::ffi::CStr;
 
-use crate::holds::{Mode, Refused, Terms, Unbound, MAX_LIMIT, NO_DEADLINE};
+use crate::holds::{Holds, Mode, Refused, Terms, Unbound, MAX_LIMIT, NO_DEADLINE};
 use crate::lease::{
-    Acquire, FenceSequence, Lease, LiveHold, NotSession, Renew, Replaced, State, View,
+    Acquire, FenceSequence, Lease, LiveHold, NotSession, Renew, Replaced, Request, State, View,
     FENCES_PER_MS, FENCE_LIMIT, MAX_DEADLINE_MS, MAX_TTL_MS,
 };
 use crate::{
@@ -200,7 +200,7 @@ fn check_compact(token: &[u8], ttl_ms: u64) {
     let other = other_token(&[token]);
     let mut fences = FenceSequence::new();
     let mut lease = Lease::default();
-    let granted = lease.acquire(token, ttl_ms, NOW, false, &mut fences);
+    let granted = plain(&mut lease, token, ttl_ms, NOW, false, &mut fences);
     let Ok(Acquire::Granted { fence }) = granted else {
         panic!("a free lease was not granted: {granted:?}");
     };
@@ -214,16 +214,11 @@ fn check_compact(token: &[u8], ttl_ms: u64) {
     assert_eq!(lease.state(NOW, &mut Unbound), State::Held { ttl_ms });
     assert_eq!(lease.as_session(token, NOW), Ok(fence));
     assert_eq!(lease.as_session(other, NOW), Err(NotSession::NoLiveSession));
-    // `acquire_on` with version 1's terms is the same grant.
-    let mut same = Lease::default();
-    let got = same.acquire_on(
-        token,
-        ttl_ms,
-        Terms::PLAIN,
-        NOW,
-        false,
-        false,
-        MAX_HOLDERS,
+    // The same grant made on the general path (the key's form extended,
+    // with no hold) is the same grant, and goes back to the compact form.
+    let mut same = Lease::from_holds(Holds::default(), 0);
+    let got = same.acquire(
+        request(token, ttl_ms, Terms::PLAIN, NOW),
         &mut FenceSequence::new(),
         &mut Unbound,
     );
@@ -232,23 +227,20 @@ fn check_compact(token: &[u8], ttl_ms: u64) {
     assert!(!same.is_extended());
     round_trip(&lease, NOW);
     assert_eq!(
-        lease.acquire(token, ttl_ms, NOW, false, &mut fences),
+        plain(&mut lease, token, ttl_ms, NOW, false, &mut fences),
         Ok(Acquire::Retried { fence })
     );
     assert_eq!(
-        lease.acquire(other, ttl_ms, NOW, false, &mut fences),
+        plain(&mut lease, other, ttl_ms, NOW, false, &mut fences),
         Ok(Acquire::Busy)
     );
+    assert_eq!(lease.renew(other, 1, NOW, &mut Unbound), Renew::NotHeld);
     assert_eq!(
-        lease.renew_hold(other, 1, NOW, &mut Unbound),
-        Renew::NotHeld
-    );
-    assert_eq!(
-        lease.renew_hold(token, 0, NOW, &mut Unbound),
+        lease.renew(token, 0, NOW, &mut Unbound),
         Renew::ZeroTtlUnbound
     );
     assert_eq!(
-        lease.renew_hold(token, ttl_ms, NOW, &mut Unbound),
+        lease.renew(token, ttl_ms, NOW, &mut Unbound),
         Renew::Renewed
     );
     let deadline = NOW + ttl_ms;
@@ -259,15 +251,15 @@ fn check_compact(token: &[u8], ttl_ms: u64) {
     assert!(!expired.is_live(deadline, &mut Unbound));
     assert_eq!(expired.state(deadline, &mut Unbound), State::Free);
     assert_eq!(
-        expired.renew_hold(token, 1, deadline, &mut Unbound),
+        expired.renew(token, 1, deadline, &mut Unbound),
         Renew::NotHeld
     );
     assert_eq!(expired.release(token, deadline, &mut Unbound), None);
     assert_eq!(
-        expired.acquire(other, 1, deadline, true, &mut fences),
+        plain(&mut expired, other, 1, deadline, true, &mut fences),
         Ok(Acquire::Busy)
     );
-    let again = expired.acquire(other, 1, deadline, false, &mut fences);
+    let again = plain(&mut expired, other, 1, deadline, false, &mut fences);
     let Ok(Acquire::Granted { fence: next }) = again else {
         panic!("an expired lease was not granted: {again:?}");
     };
@@ -283,6 +275,31 @@ fn check_compact(token: &[u8], ttl_ms: u64) {
     round_trip(&lease, NOW);
 }
 
+/// `LEASE.ACQUIRE` on `terms` as the module asks it, nobody waiting.
+fn request<'a>(token: &'a [u8], ttl_ms: u64, terms: Terms<'a>, now_ms: u64) -> Request<'a> {
+    Request {
+        terms,
+        max_holders: MAX_HOLDERS,
+        ..Request::plain(token, ttl_ms, now_ms)
+    }
+}
+
+/// Version 1's grant, behind the queue if `queue_ahead`.
+fn plain(
+    lease: &mut Lease,
+    token: &[u8],
+    ttl_ms: u64,
+    now_ms: u64,
+    queue_ahead: bool,
+    fences: &mut FenceSequence,
+) -> Result<Acquire, Refused> {
+    let request = Request {
+        queue_ahead,
+        ..request(token, ttl_ms, Terms::PLAIN, now_ms)
+    };
+    lease.acquire(request, fences, &mut Unbound).map(|(a, _)| a)
+}
+
 /// The sessions the key's holds may be bound to, as read at `now_ms`.
 fn sessions<'s>(key: &'s [u8], lease: &'s Lease, now_ms: u64, ended_at: u64) -> SessionKey<'s> {
     SessionKey {
@@ -293,7 +310,7 @@ fn sessions<'s>(key: &'s [u8], lease: &'s Lease, now_ms: u64, ended_at: u64) -> 
     }
 }
 
-/// The grant on the terms asked (`acquire_on`): shared or exclusive,
+/// The grant on the terms asked: shared or exclusive,
 /// limit, owner, session, delay; then more holders up to the limit or
 /// `lease.max-holders`, the refusals that change nothing, renewal,
 /// persistence, expiry (with its lock-delay), a session's end, release.
@@ -309,7 +326,7 @@ fn check_terms(token: &[u8], p: &args::Acquire<'_, &[u8]>) {
         if skey == KEY {
             return; // SESSION_SELF: the glue's refusal.
         }
-        let got = session.acquire(stoken, SESSION_TTL, NOW, false, &mut fences);
+        let got = plain(&mut session, stoken, SESSION_TTL, NOW, false, &mut fences);
         let Ok(Acquire::Granted { fence }) = got else {
             panic!("a free session key was not granted: {got:?}");
         };
@@ -337,14 +354,8 @@ fn check_terms(token: &[u8], p: &args::Acquire<'_, &[u8]>) {
     let round_trip = crate::round_trip;
 
     let mut lease = Lease::default();
-    let got = lease.acquire_on(
-        token,
-        ttl_ms,
-        terms,
-        NOW,
-        false,
-        false,
-        MAX_HOLDERS,
+    let got = lease.acquire(
+        request(token, ttl_ms, terms, NOW),
         &mut fences,
         &mut sessions(skey, &session, NOW, 0),
     );
@@ -391,14 +402,8 @@ fn check_terms(token: &[u8], p: &args::Acquire<'_, &[u8]>) {
     round_trip(&lease, NOW);
 
     // The same call again is the idempotent retry.
-    let again = lease.acquire_on(
-        token,
-        ttl_ms,
-        terms,
-        NOW,
-        false,
-        false,
-        MAX_HOLDERS,
+    let again = lease.acquire(
+        request(token, ttl_ms, terms, NOW),
         &mut fences,
         &mut sessions(skey, &session, NOW, 0),
     );
@@ -449,14 +454,8 @@ fn check_terms(token: &[u8], p: &args::Acquire<'_, &[u8]>) {
         refusals.push((0, terms, Refused::NoDeadlineUnbound));
     }
     for (ttl, asked, refused) in refusals {
-        let got = lease.acquire_on(
-            token,
-            ttl,
-            asked,
-            NOW,
-            false,
-            false,
-            MAX_HOLDERS,
+        let got = lease.acquire(
+            request(token, ttl, asked, NOW),
             &mut fences,
             &mut sessions(skey, &session, NOW, 0),
         );
@@ -477,14 +476,8 @@ fn check_terms(token: &[u8], p: &args::Acquire<'_, &[u8]>) {
             owner: None,
             ..terms
         };
-        let got = lease.acquire_on(
-            name.as_bytes(),
-            ttl_ms,
-            asked,
-            NOW,
-            false,
-            false,
-            MAX_HOLDERS,
+        let got = lease.acquire(
+            request(name.as_bytes(), ttl_ms, asked, NOW),
             &mut fences,
             &mut sessions(skey, &session, NOW, 0),
         );
@@ -512,14 +505,8 @@ fn check_terms(token: &[u8], p: &args::Acquire<'_, &[u8]>) {
         mode: other_mode,
         ..Terms::PLAIN
     };
-    let got = lease.acquire_on(
-        other,
-        1000,
-        asked,
-        NOW,
-        false,
-        false,
-        MAX_HOLDERS,
+    let got = lease.acquire(
+        request(other, 1000, asked, NOW),
         &mut fences,
         &mut sessions(skey, &session, NOW, 0),
     );
@@ -528,20 +515,20 @@ fn check_terms(token: &[u8], p: &args::Acquire<'_, &[u8]>) {
         None => assert_eq!(got, Ok((Acquire::Busy, Replaced::default()))),
     }
     // A waiter queued ahead is served first, whatever room there is.
-    let got = lease.acquire_on(
-        other,
-        1000,
-        Terms {
-            owner: None,
-            ..terms
-        },
-        NOW,
-        true,
-        true,
-        MAX_HOLDERS,
-        &mut fences,
-        &mut sessions(skey, &session, NOW, 0),
-    );
+    let ahead = Request {
+        waiting: true,
+        queue_ahead: true,
+        ..request(
+            other,
+            1000,
+            Terms {
+                owner: None,
+                ..terms
+            },
+            NOW,
+        )
+    };
+    let got = lease.acquire(ahead, &mut fences, &mut sessions(skey, &session, NOW, 0));
     assert_eq!(got, Ok((Acquire::Busy, Replaced::default())));
 
     check_views(&lease, NOW, &mut sessions(skey, &session, NOW, 0));
@@ -560,10 +547,10 @@ fn check_terms(token: &[u8], p: &args::Acquire<'_, &[u8]>) {
 
     // Renewal: by the holder only; a ttl of 0 only for a bound hold.
     assert_eq!(
-        lease.renew_hold(other, 1000, NOW, &mut sessions(skey, &session, NOW, 0)),
+        lease.renew(other, 1000, NOW, &mut sessions(skey, &session, NOW, 0)),
         Renew::NotHeld
     );
-    let zero = lease.renew_hold(token, 0, NOW, &mut sessions(skey, &session, NOW, 0));
+    let zero = lease.renew(token, 0, NOW, &mut sessions(skey, &session, NOW, 0));
     assert_eq!(
         zero,
         match bound {
@@ -572,7 +559,7 @@ fn check_terms(token: &[u8], p: &args::Acquire<'_, &[u8]>) {
         }
     );
     if ttl_ms > 0 {
-        let renewed = lease.renew_hold(token, ttl_ms, NOW, &mut sessions(skey, &session, NOW, 0));
+        let renewed = lease.renew(token, ttl_ms, NOW, &mut sessions(skey, &session, NOW, 0));
         assert_eq!(renewed, Renew::Renewed);
     }
     round_trip(&lease, NOW);
@@ -660,17 +647,7 @@ fn check_expiry(
     check_views(&lease, end, &mut at(end));
     let other = other_token(&[]);
     let asked = |t: u64, lease: &mut Lease, fences: &mut FenceSequence| {
-        lease.acquire_on(
-            other,
-            1000,
-            Terms::PLAIN,
-            t,
-            false,
-            false,
-            MAX_HOLDERS,
-            fences,
-            &mut at(t),
-        )
+        lease.acquire(request(other, 1000, Terms::PLAIN, t), fences, &mut at(t))
     };
     let mut t = end;
     if delay_ms > 0 {

@@ -9,9 +9,9 @@
 //! - otherwise `fence:deadline token` or `fence deadline token`
 //!   (`args::parse_apply_args`, `Lease::apply`).
 
-use crate::holds::{Grant, Hold, Mode, Refused, Terms, Unbound, MAX_LIMIT, NO_DEADLINE};
+use crate::holds::{Grant, Hold, Mode, Refused, Unbound, MAX_LIMIT, NO_DEADLINE};
 use crate::lease::{
-    Acquire, FenceSequence, Holder, Lease, Persisted, State, FENCES_PER_MS, FENCE_LIMIT,
+    Acquire, FenceSequence, Holder, Lease, Persisted, Request, State, FENCES_PER_MS, FENCE_LIMIT,
     MAX_DEADLINE_MS, MAX_TOKEN_LEN, MAX_TTL_MS,
 };
 use crate::{
@@ -269,17 +269,11 @@ fn check_delay(rest: &[&[u8]]) {
     round_trip(&lease, DECODE_NOW);
     let mut fences = FenceSequence::new();
     let mut grant_at = |t: u64, lease: &mut Lease| {
-        lease.acquire_on(
-            b"tok",
-            1000,
-            Terms::PLAIN,
-            t,
-            false,
-            false,
-            10,
-            &mut fences,
-            &mut Unbound,
-        )
+        let request = Request {
+            max_holders: 10,
+            ..Request::plain(b"tok", 1000, t)
+        };
+        lease.acquire(request, &mut fences, &mut Unbound)
     };
     if until > NOW {
         assert_eq!(

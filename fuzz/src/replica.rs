@@ -12,7 +12,7 @@
 //! Input: four bytes an operation (kind, token, ttl, terms); see `step`.
 
 use crate::holds::{Mode, Terms, Unbound};
-use crate::lease::{Acquire, FenceSequence, Lease, Renew};
+use crate::lease::{Acquire, FenceSequence, Lease, Renew, Request};
 use crate::model::change::{Change, Fate};
 use crate::model::effect::{self, Effect, Emitted};
 
@@ -83,17 +83,12 @@ fn step(
             let stored = primary.is_some();
             let lease = primary.as_mut().unwrap_or(&mut fresh);
             let shared_before = lease.shared_holds();
-            let outcome = lease.acquire_on(
-                token,
-                grant_ttl,
+            let request = Request {
                 terms,
-                *now,
-                false,
-                false,
-                MAX_HOLDERS,
-                fences,
-                &mut Unbound,
-            );
+                max_holders: MAX_HOLDERS,
+                ..Request::plain(token, grant_ttl, *now)
+            };
+            let outcome = lease.acquire(request, fences, &mut Unbound);
             let change = Change::acquired(
                 &outcome,
                 None,
@@ -114,7 +109,7 @@ fn step(
             let Some(lease) = primary.as_mut() else {
                 return;
             };
-            if lease.renew_hold(token, ttl, *now, &mut Unbound) == Renew::Renewed {
+            if lease.renew(token, ttl, *now, &mut Unbound) == Renew::Renewed {
                 replicate(&Change::renewed(false), primary, replica, token);
             }
         }
@@ -183,7 +178,8 @@ fn replicate(change: &Change, primary: &Node, replica: &mut Node, token: &[u8]) 
                 let Some(lease) = replica.as_mut() else {
                     return;
                 };
-                if !lease.replay_release(token).1 {
+                lease.apply_drop([token]);
+                if !lease.stays_after_release() {
                     *replica = None;
                 }
             }

@@ -667,7 +667,7 @@ mod tests {
     /// granted at `t`.
     fn two_shared(t: u64) -> Lease {
         use crate::holds::{Mode, Terms, Unbound};
-        use crate::lease::FenceSequence;
+        use crate::lease::{FenceSequence, Request};
         let mut fences = FenceSequence::new();
         let mut lease = Lease::default();
         let shared = Terms {
@@ -675,17 +675,12 @@ mod tests {
             ..Terms::PLAIN
         };
         for (token, ttl) in [(&b"short"[..], 1_000), (&b"long"[..], 10_000)] {
-            let outcome = lease.acquire_on(
-                token,
-                ttl,
-                shared,
-                t,
-                false,
-                false,
-                8,
-                &mut fences,
-                &mut Unbound,
-            );
+            let request = Request {
+                terms: shared,
+                max_holders: 8,
+                ..Request::plain(token, ttl, t)
+            };
+            let outcome = lease.acquire(request, &mut fences, &mut Unbound);
             assert!(matches!(outcome, Ok((Acquire::Granted { .. }, _))));
         }
         lease.set_index_mark(Some(t + 1_000));

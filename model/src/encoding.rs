@@ -380,12 +380,12 @@ mod tests {
     #[test]
     fn every_form_round_trips_through_version_2() {
         use crate::holds::Terms;
-        use crate::lease::{Acquire, FenceSequence};
+        use crate::lease::{Acquire, FenceSequence, Request};
         let mut fences = FenceSequence::new();
         let mut compact = Lease::default();
         assert!(matches!(
-            compact.acquire(b"tok", 5000, NOW, false, &mut fences),
-            Ok(Acquire::Granted { .. })
+            compact.acquire(Request::plain(b"tok", 5000, NOW), &mut fences, &mut Unbound),
+            Ok((Acquire::Granted { .. }, _))
         ));
         let mut shared = Lease::default();
         for (token, owner) in [
@@ -399,17 +399,12 @@ mod tests {
                 owner,
                 ..Terms::PLAIN
             };
-            let got = shared.acquire_on(
-                token,
-                5000,
+            let request = Request {
                 terms,
-                NOW,
-                false,
-                false,
-                10,
-                &mut fences,
-                &mut Unbound,
-            );
+                max_holders: 10,
+                ..Request::plain(token, 5000, NOW)
+            };
+            let got = shared.acquire(request, &mut fences, &mut Unbound);
             assert!(matches!(got, Ok((Acquire::Granted { .. }, _))));
         }
         let mut labelled = Lease::default();
@@ -417,17 +412,12 @@ mod tests {
             owner: Some(b"me"),
             ..Terms::PLAIN
         };
-        let got = labelled.acquire_on(
-            b"x",
-            5000,
+        let request = Request {
             terms,
-            NOW,
-            false,
-            false,
-            10,
-            &mut fences,
-            &mut Unbound,
-        );
+            max_holders: 10,
+            ..Request::plain(b"x", 5000, NOW)
+        };
+        let got = labelled.acquire(request, &mut fences, &mut Unbound);
         assert!(matches!(got, Ok((Acquire::Granted { .. }, _))));
         let free = Lease::from_parts(None, 77);
         for lease in [compact, shared, labelled, free] {

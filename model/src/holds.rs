@@ -3,7 +3,7 @@
 //! compact form (`Lease`, 32 bytes) until a grant needs more; then its value
 //! points to a `Holds`.
 //!
-//! Pure logic on an injected clock, as `lease.rs`. Every hold has its own
+//! Pure logic on an injected clock, as `lease/`. Every hold has its own
 //! token, fence, deadline and label, and may be bound to a session (another
 //! key's exclusive lease, identified by its fence); the key has one mode for
 //! all its holds, the limit it was created with, and the end of a lock-delay.

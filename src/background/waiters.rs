@@ -24,7 +24,7 @@ use crate::model::change::{Change, Index, Signal};
 use crate::model::config;
 use crate::model::error;
 use crate::model::holds::{Binding, Mode, Refused, Terms};
-use crate::model::lease::{Acquire, Lease};
+use crate::model::lease::{Acquire, Lease, Request};
 use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
 const OK: c_int = raw::REDISMODULE_OK as c_int;
@@ -228,17 +228,16 @@ unsafe extern "C" fn serve_waiter(ctx: Ctx, _argv: *mut RString, _argc: c_int) -
             let shared_before = lease.shared_holds();
             let ending = sessions::session_grant(lease);
             let terms = waiter.terms(session_fence);
-            let outcome = lease.acquire_on(
-                &waiter.token,
-                waiter.ttl_ms,
+            let request = Request {
+                token: &waiter.token,
+                ttl_ms: waiter.ttl_ms,
                 terms,
-                now,
-                true,
-                false,
-                config::max_holders(),
-                &mut state::fences(),
-                &mut Lookup::new(ctx, now),
-            );
+                now_ms: now,
+                waiting: true,
+                queue_ahead: false,
+                max_holders: config::max_holders(),
+            };
+            let outcome = lease.acquire(request, &mut state::fences(), &mut Lookup::new(ctx, now));
             let bound = terms.session.map(|(session, session_fence)| Binding {
                 key: session.into(),
                 fence: session_fence,

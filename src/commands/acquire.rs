@@ -17,7 +17,7 @@ use crate::model::change::{Change, Signal};
 use crate::model::config;
 use crate::model::error;
 use crate::model::holds::{Binding, Refused, Terms};
-use crate::model::lease::{Acquire, Lease};
+use crate::model::lease::{Acquire, Lease, Request};
 use crate::rm::{self, Ctx, Key, RString, Slot};
 
 use super::{command, generate_token, token_option, writable, OK};
@@ -134,17 +134,16 @@ fn acquire(ctx: Ctx, args: &[RString]) -> c_int {
     // The key's own grant, read before this one may replace it: if it was a
     // session that expired, its end is noted with the replacement.
     let ending = sessions::session_grant(lease);
-    let outcome = lease.acquire_on(
+    let request = Request {
         token,
-        parsed.ttl_ms,
+        ttl_ms: parsed.ttl_ms,
         terms,
-        now,
+        now_ms: now,
+        waiting: queue_ahead,
         queue_ahead,
-        queue_ahead,
-        config::max_holders(),
-        &mut state::fences(),
-        &mut lookup,
-    );
+        max_holders: config::max_holders(),
+    };
+    let outcome = lease.acquire(request, &mut state::fences(), &mut lookup);
     let bound = terms.session.map(|(session, session_fence)| Binding {
         key: session.into(),
         fence: session_fence,

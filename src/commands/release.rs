@@ -47,7 +47,8 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
             return rm::reply_integer(ctx, 0);
         };
         let shared_before = lease.shared_holds();
-        let (gone, stays) = lease.replay_release(token);
+        let gone = lease.apply_drop([token]);
+        let stays = lease.stays_after_release();
         let shared = (shared_before, lease.shared_holds());
         let change = Change::release_replayed(&gone, stays, shared);
         commit(ctx, *key_name, On::Key(&mut key), None, change);
@@ -76,7 +77,7 @@ fn release(ctx: Ctx, args: &[RString]) -> c_int {
         );
         return rm::reply_integer(ctx, 0);
     };
-    let stays = lease.extended().is_some_and(|h| !h.is_empty());
+    let stays = lease.stays_after_release();
     let waiting = wake::has_waiters(ctx, *key_name);
     let shared = (shared_before, lease.shared_holds());
     let change = Change::released(

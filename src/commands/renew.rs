@@ -55,7 +55,7 @@ fn renew(ctx: Ctx, args: &[RString]) -> c_int {
     };
     let mark = lease.index_mark();
     let now = rm::now_ms();
-    match lease.renew_hold(token, ttl_ms, now, &mut Lookup::new(ctx, now)) {
+    match lease.renew(token, ttl_ms, now, &mut Lookup::new(ctx, now)) {
         Renew::Renewed => {}
         Renew::NotHeld => {
             commit(
