@@ -20,3 +20,4 @@ pub mod migrate;
 pub mod notifications;
 pub mod rdb;
 pub mod sessions;
+pub mod table;
