@@ -627,8 +627,10 @@ mod properties {
     struct Oracle {
         holds: Vec<(Box<[u8]>, Grant)>,
         ended: HashSet<Grant>,
-        queue: VecDeque<(Grant, HashSet<Box<[u8]>>, HashSet<Box<[u8]>>)>,
+        queue: VecDeque<(Grant, Keys, Keys)>,
     }
+
+    type Keys = HashSet<Box<[u8]>>;
 
     impl Oracle {
         fn keys(&self, grant: &Grant) -> HashSet<Box<[u8]>> {

@@ -19,7 +19,7 @@
 use std::borrow::Borrow;
 use std::collections::hash_map::{Entry, RandomState};
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash};
+use std::hash::{BuildHasher, Hash, Hasher};
 
 /// Entries per shard on average before the next shard splits: shards hold
 /// from about this many to twice as many (one about to split), so the most
@@ -28,10 +28,12 @@ pub const SHARD_LOAD: usize = 512;
 
 #[derive(Debug)]
 pub struct Table<K, V> {
-    /// Picks the shard. Random per table, as the shards' own hashers are:
-    /// key names come from clients, and a chosen set must not all land in
-    /// one shard.
-    route: RandomState,
+    /// Picks the shard: a fast hash with a seed random per table (set
+    /// with the first entry). The shards hash with SipHash of their own,
+    /// random too, so a set of names chosen to collide costs no lookup
+    /// more than a probe; at worst (a seed guessed) they crowd one shard,
+    /// whose growth is then the one-go resize a `HashMap` always has.
+    route: Route,
     /// `2^level + split` shards once the first entry arrives.
     shards: Vec<HashMap<K, V>>,
     /// A round of splits starts with `2^level` shards and ends with twice
@@ -49,7 +51,7 @@ pub struct Table<K, V> {
 impl<K, V> Default for Table<K, V> {
     fn default() -> Self {
         Self {
-            route: RandomState::new(),
+            route: Route(0),
             shards: Vec::new(),
             level: 0,
             split: 0,
@@ -147,6 +149,9 @@ impl<K: Hash + Eq, V> Table<K, V> {
     /// pass the load; and the count an insert there adds to.
     fn shard_for_insert(&mut self, key: &K) -> (&mut HashMap<K, V>, &mut usize) {
         self.step = 0;
+        if self.route.0 == 0 {
+            self.route = Route::seeded();
+        }
         if !self.shards.is_empty() && self.len >= self.shards.len() * SHARD_LOAD {
             self.split_one();
         }
@@ -249,6 +254,77 @@ impl<K: Hash + Eq, V> Table<K, V> {
             shard.retain(&mut keep);
         }
         self.len = self.shards.iter().map(HashMap::len).sum();
+    }
+}
+
+/// The route hash: FxHash's word-at-a-time multiply (rustc's hasher) from
+/// a random seed, and a final mix (MurmurHash3's) so that the low bits
+/// that pick a shard depend on every bit of the key. A fifth of SipHash's
+/// instructions; the shards' SipHash guards the lookups.
+#[derive(Debug, Clone, Copy)]
+struct Route(u64);
+
+const ROUTE_K: u64 = 0x517c_c1b7_2722_0a95;
+
+impl Route {
+    fn seeded() -> Self {
+        // Never 0: the mark of a table not seeded yet.
+        Route(RandomState::new().hash_one(0x5eed_u64) | 1)
+    }
+
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(ROUTE_K);
+    }
+}
+
+impl Hasher for Route {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            // The length in the top byte: "a" and "a\0" differ.
+            self.add(u64::from_le_bytes(word) ^ (rest.len() as u64) << 56);
+        }
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ h >> 33
+    }
+}
+
+impl BuildHasher for Route {
+    type Hasher = Route;
+
+    fn build_hasher(&self) -> Route {
+        *self
     }
 }
 
