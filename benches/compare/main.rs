@@ -1120,6 +1120,28 @@ fn probe_expiry(server: &Server, conn: &mut Conn, deadline: Instant) -> ExpiryOu
     probe_drain(server, conn, deadline, None)
 }
 
+/// A second connection that sends PING in a loop, `PROBE_GAP` after each reply, until
+/// `stop`; returns when each was sent and its round trip, µs.
+fn spawn_probe(server: &Server, stop: &Arc<AtomicBool>) -> thread::JoinHandle<Vec<(Instant, u32)>> {
+    let stop = Arc::clone(stop);
+    let port = server.port;
+    thread::spawn(move || {
+        let mut probe = Conn::connect(port).unwrap_or_else(|e| panic!("probe cannot connect: {e}"));
+        let mut ping = Vec::new();
+        encode(&mut ping, &[b"PING"]);
+        let mut samples: Vec<(Instant, u32)> = Vec::with_capacity(1 << 20);
+        while !stop.load(Ordering::Relaxed) {
+            let sent = Instant::now();
+            probe.send(&ping).unwrap_or_else(|e| panic!("probe: {e}"));
+            let reply = probe.read().unwrap_or_else(|e| panic!("probe: {e}"));
+            assert!(matches!(&reply, Reply::Status(s) if s == "PONG"));
+            samples.push((sent, sent.elapsed().as_micros() as u32));
+            thread::sleep(PROBE_GAP);
+        }
+        samples
+    })
+}
+
 /// Times probe round trips from well before `deadline` until DBSIZE reaches 0 after it.
 /// With `at_deadline`, the probe waits for the deadline and then calls it (what ends the
 /// keys: a session's release) before it polls DBSIZE.
@@ -1130,26 +1152,7 @@ fn probe_drain(
     mut at_deadline: Option<&mut dyn FnMut(&mut Conn)>,
 ) -> ExpiryOutcome {
     let stop = Arc::new(AtomicBool::new(false));
-    let probe = {
-        let stop = Arc::clone(&stop);
-        let port = server.port;
-        thread::spawn(move || {
-            let mut probe =
-                Conn::connect(port).unwrap_or_else(|e| panic!("probe cannot connect: {e}"));
-            let mut ping = Vec::new();
-            encode(&mut ping, &[b"PING"]);
-            let mut samples: Vec<(Instant, u32)> = Vec::with_capacity(1 << 20);
-            while !stop.load(Ordering::Relaxed) {
-                let sent = Instant::now();
-                probe.send(&ping).unwrap_or_else(|e| panic!("probe: {e}"));
-                let reply = probe.read().unwrap_or_else(|e| panic!("probe: {e}"));
-                assert!(matches!(&reply, Reply::Status(s) if s == "PONG"));
-                samples.push((sent, sent.elapsed().as_micros() as u32));
-                thread::sleep(PROBE_GAP);
-            }
-            samples
-        })
-    };
+    let probe = spawn_probe(server, &stop);
     // Poll DBSIZE every 5 ms once the deadline is near.
     let mut at_deadline_cpu = None;
     let drained_at = loop {

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use crate::{
     cmdstat, connect, expiry_run, flushall, latency_max, latency_reset, max_p99, probe_drain,
-    progress, start, ExpiryOutcome, ExpiryWay, Plan, Samples, Way, EXPIRY_LEAD, LONG_TTL,
-    PROBE_GAP,
+    progress, spawn_probe, start, ExpiryOutcome, ExpiryWay, Plan, Samples, Way, EXPIRY_LEAD,
+    LONG_TTL,
 };
 use harness::resp::{decimal, Conn, Reply};
 use harness::workload::{
@@ -381,33 +381,15 @@ fn end_run(
     (bind, outcome, rtt_us, stat.usec as f64)
 }
 
-/// Runs `work` while a second connection sends PING in a loop (`PROBE_GAP` after each
-/// reply); returns what it returned and the probe's worst and 99th-percentile round
-/// trips, µs.
+/// Runs `work` while a second connection sends PING in a loop (`spawn_probe`); returns
+/// what it returned and the probe's worst and 99th-percentile round trips, µs.
 fn probed<T>(server: &Server, work: impl FnOnce() -> T) -> (T, f64, f64) {
     let stop = Arc::new(AtomicBool::new(false));
-    let probe = {
-        let stop = Arc::clone(&stop);
-        let port = server.port;
-        thread::spawn(move || {
-            let mut probe =
-                Conn::connect(port).unwrap_or_else(|e| panic!("probe cannot connect: {e}"));
-            let mut rtts: Vec<u32> = Vec::with_capacity(1 << 16);
-            while !stop.load(Ordering::Relaxed) {
-                let sent = Instant::now();
-                let reply = probe
-                    .call(&[b"PING"])
-                    .unwrap_or_else(|e| panic!("probe: {e}"));
-                assert!(matches!(&reply, Reply::Status(s) if s == "PONG"));
-                rtts.push(sent.elapsed().as_micros() as u32);
-                thread::sleep(PROBE_GAP);
-            }
-            rtts
-        })
-    };
+    let probe = spawn_probe(server, &stop);
     let done = work();
     stop.store(true, Ordering::Relaxed);
-    let rtts = probe.join().unwrap_or_else(|_| panic!("the probe failed"));
+    let samples = probe.join().unwrap_or_else(|_| panic!("the probe failed"));
+    let rtts: Vec<u32> = samples.into_iter().map(|(_, rtt)| rtt).collect();
     let (max_us, p99_us) = max_p99(&rtts);
     (done, max_us, p99_us)
 }

@@ -21,3 +21,5 @@ pub mod notifications;
 pub mod rdb;
 pub mod sessions;
 pub mod table;
+#[cfg(test)]
+mod testing;

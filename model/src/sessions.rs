@@ -634,18 +634,7 @@ mod properties {
 
     use super::*;
 
-    /// A small deterministic generator (xorshift): the same cases every
-    /// run, and a failure names its seed.
-    struct Gen(u64);
-
-    impl Gen {
-        fn below(&mut self, n: u64) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0 % n
-        }
-    }
+    use crate::testing::Gen;
 
     /// A session grant: database, name, fence.
     type Grant = (i32, Box<[u8]>, u64);

@@ -357,23 +357,9 @@ impl<K, V> IntoIterator for Table<K, V> {
 mod tests {
     use super::*;
 
-    /// A small deterministic generator (xorshift): the operations are the
-    /// same every run (the routes are not: each table hashes at random, as
-    /// in the module).
-    struct Gen(u64);
-
-    impl Gen {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    // The operations are the same every run (the routes are not: each
+    // table hashes at random, as in the module).
+    use crate::testing::Gen;
 
     fn key(i: u64) -> Box<[u8]> {
         format!("key:{i}").into_bytes().into()
