@@ -170,12 +170,13 @@ struct Options {
     note: Option<String>,
 }
 
-const USAGE: &str = "usage: scripts/bench [--quick] [--shared | --memory | --sessions [--real-time]] [--runs N] [--servers redis7,redis8,valkey8,valkey9 | --all-servers] [--out DIR] [--note TEXT]
+const USAGE: &str = "usage: scripts/bench [--quick] [--shared | --memory | --sessions [--real-time] [--session-holds N]] [--runs N] [--servers redis7,redis8,valkey8,valkey9 | --all-servers] [--out DIR] [--note TEXT]
   --quick        1 run of small sizes (CI smoke); writes to target/bench-quick/ unless --out
   --shared       only shared holds vs the sorted-set semaphore: shared.md, shared.svg
   --memory       only memory per exclusive lease and per shared hold: memory.md
   --sessions     only sessions: N leases kept alive by one session vs N renewals, and a
                  session with 100,000 bound holds ending: sessions.md, sessions.svg
+  --session-holds N  holds bound to the session whose end is measured (default 100,000)
   --real-time    keep-alive at ttl 30 s, a renewal every 10 s, for a minute (default:
                  compressed 10 times, ttl 3 s, every 1 s, for 6 s)
   --runs N       repeat every measurement N times (default 5, --quick 1)
@@ -190,6 +191,7 @@ fn parse_options() -> Options {
     let mut mode = Mode::All;
     let mut benching = false;
     let mut runs = None;
+    let mut session_holds = None;
     let mut flavors = vec![Flavor::Redis7];
     let mut out = None;
     let mut note = None;
@@ -214,6 +216,15 @@ fn parse_options() -> Options {
                         .ok()
                         .filter(|&n| n > 0)
                         .unwrap_or_else(|| fail(&format!("bad --runs {v:?}"))),
+                );
+            }
+            "--session-holds" => {
+                let v = value("--session-holds");
+                session_holds = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .unwrap_or_else(|| fail(&format!("bad --session-holds {v:?}"))),
                 );
             }
             "--servers" => {
@@ -243,6 +254,9 @@ fn parse_options() -> Options {
     let mut plan = if quick { Plan::quick() } else { Plan::full() };
     if let Some(runs) = runs {
         plan.runs = runs;
+    }
+    if let Some(holds) = session_holds {
+        plan.session_end_holds = holds;
     }
     if real_time {
         let scale = if quick { 100 } else { 10 };
@@ -1116,6 +1130,28 @@ fn probe_expiry(server: &Server, conn: &mut Conn, deadline: Instant) -> ExpiryOu
     probe_drain(server, conn, deadline, None)
 }
 
+/// A second connection that sends PING in a loop, `PROBE_GAP` after each reply, until
+/// `stop`; returns when each was sent and its round trip, µs.
+fn spawn_probe(server: &Server, stop: &Arc<AtomicBool>) -> thread::JoinHandle<Vec<(Instant, u32)>> {
+    let stop = Arc::clone(stop);
+    let port = server.port;
+    thread::spawn(move || {
+        let mut probe = Conn::connect(port).unwrap_or_else(|e| panic!("probe cannot connect: {e}"));
+        let mut ping = Vec::new();
+        encode(&mut ping, &[b"PING"]);
+        let mut samples: Vec<(Instant, u32)> = Vec::with_capacity(1 << 20);
+        while !stop.load(Ordering::Relaxed) {
+            let sent = Instant::now();
+            probe.send(&ping).unwrap_or_else(|e| panic!("probe: {e}"));
+            let reply = probe.read().unwrap_or_else(|e| panic!("probe: {e}"));
+            assert!(matches!(&reply, Reply::Status(s) if s == "PONG"));
+            samples.push((sent, sent.elapsed().as_micros() as u32));
+            thread::sleep(PROBE_GAP);
+        }
+        samples
+    })
+}
+
 /// Times probe round trips from well before `deadline` until DBSIZE reaches 0 after it.
 /// With `at_deadline`, the probe waits for the deadline and then calls it (what ends the
 /// keys: a session's release) before it polls DBSIZE.
@@ -1126,26 +1162,7 @@ fn probe_drain(
     mut at_deadline: Option<&mut dyn FnMut(&mut Conn)>,
 ) -> ExpiryOutcome {
     let stop = Arc::new(AtomicBool::new(false));
-    let probe = {
-        let stop = Arc::clone(&stop);
-        let port = server.port;
-        thread::spawn(move || {
-            let mut probe =
-                Conn::connect(port).unwrap_or_else(|e| panic!("probe cannot connect: {e}"));
-            let mut ping = Vec::new();
-            encode(&mut ping, &[b"PING"]);
-            let mut samples: Vec<(Instant, u32)> = Vec::with_capacity(1 << 20);
-            while !stop.load(Ordering::Relaxed) {
-                let sent = Instant::now();
-                probe.send(&ping).unwrap_or_else(|e| panic!("probe: {e}"));
-                let reply = probe.read().unwrap_or_else(|e| panic!("probe: {e}"));
-                assert!(matches!(&reply, Reply::Status(s) if s == "PONG"));
-                samples.push((sent, sent.elapsed().as_micros() as u32));
-                thread::sleep(PROBE_GAP);
-            }
-            samples
-        })
-    };
+    let probe = spawn_probe(server, &stop);
     // Poll DBSIZE every 5 ms once the deadline is near.
     let mut at_deadline_cpu = None;
     let drained_at = loop {

@@ -732,6 +732,16 @@ pub fn session_tables(
         spread(&e.release_rtt_us, 0),
         spread(&e.release_us, 0)
     );
+    let _ = writeln!(
+        out,
+        "\nBinding the {} holds (pipelined `LEASE.ACQUIRE … SESSION`), probed the same way: \
+         worst round trip {} ms (99th percentile {} ms); the server's longest command \
+         (`command` or `fast-command` of its latency monitor) {} ms, worst over the runs.",
+        count(e.holds as f64),
+        format_args!("{:.1}", e.bind_max_us.max() / 1e3),
+        format_args!("{:.2}", e.bind_p99_us.median() / 1e3),
+        e.bind_step_ms.max(),
+    );
 }
 
 /// `sessions.md` (`--sessions`).

@@ -13,14 +13,19 @@
 //!   probe of `expiry` (PING round trips) from before the release until every bound key
 //!   is reaped (DBSIZE 0), the reaper's longest tick (`lease-reap`), the RELEASE's own
 //!   round trip and server CPU; with `--sessions`, against as many leases expiring
-//!   together on the same server, the two in turn.
+//!   together on the same server, the two in turn. Binding the holds is probed too:
+//!   the worst PING round trip while they are bound, and the server's longest command
+//!   (`command` and `fast-command` of its latency monitor).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::{
-    cmdstat, connect, expiry_run, flushall, latency_max, latency_reset, probe_drain, progress,
-    start, ExpiryOutcome, ExpiryWay, Plan, Samples, Way, EXPIRY_LEAD, LONG_TTL,
+    cmdstat, connect, expiry_run, flushall, latency_max, latency_reset, max_p99, probe_drain,
+    progress, spawn_probe, start, ExpiryOutcome, ExpiryWay, Plan, Samples, Way, EXPIRY_LEAD,
+    LONG_TTL,
 };
 use harness::resp::{decimal, Conn, Reply};
 use harness::workload::{
@@ -85,6 +90,11 @@ pub struct SessionEnd {
     /// (`INFO commandstats`), µs.
     pub release_rtt_us: Samples,
     pub release_us: Samples,
+    /// Binding the holds: the probe's worst and 99th-percentile round trip, µs, and the
+    /// server's longest command, ms (whole ms, 0 = none reached 1 ms).
+    pub bind_max_us: Samples,
+    pub bind_p99_us: Samples,
+    pub bind_step_ms: Samples,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -298,7 +308,10 @@ fn bench_end(flavor: Flavor, plan: &Plan, compare_expiry: bool) -> SessionEnd {
         let session_first = run % 2 == 1 || !compare_expiry;
         for session in [session_first, !session_first] {
             if session {
-                let (outcome, rtt_us, release_us) = end_run(&server, &mut conn, n);
+                let (bind, outcome, rtt_us, release_us) = end_run(&server, &mut conn, n);
+                result.bind_max_us.push(bind.0);
+                result.bind_p99_us.push(bind.1);
+                result.bind_step_ms.push(bind.2);
                 result.session.push(&outcome);
                 result.release_rtt_us.push(rtt_us);
                 result.release_us.push(release_us);
@@ -319,9 +332,14 @@ fn bench_end(flavor: Flavor, plan: &Plan, compare_expiry: bool) -> SessionEnd {
 }
 
 /// Binds `n` holds to a session, releases it at a deadline, and times the probe until
-/// every bound key is deleted. Returns that, and the RELEASE's round trip and server
-/// CPU, µs.
-fn end_run(server: &Server, conn: &mut Conn, n: usize) -> (ExpiryOutcome, f64, f64) {
+/// every bound key is deleted. Returns the binding's probe (worst and 99th-percentile
+/// round trip, µs) and longest command (ms), that, and the RELEASE's round trip and
+/// server CPU, µs.
+fn end_run(
+    server: &Server,
+    conn: &mut Conn,
+    n: usize,
+) -> ((f64, f64, f64), ExpiryOutcome, f64, f64) {
     flushall(conn);
     let st = session_token();
     drive(
@@ -331,13 +349,17 @@ fn end_run(server: &Server, conn: &mut Conn, n: usize) -> (ExpiryOutcome, f64, f
         |_, b| acquire(b, SESSION_KEY, &st, LONG_TTL),
         |_, r| r.is_grant(),
     );
-    drive(
-        conn,
-        n,
-        "bind the holds to the session",
-        |i, b| acquire_bound(b, &key("end", i), &token(i), b"0", SESSION_KEY, &st),
-        |_, r| r.is_grant(),
-    );
+    latency_reset(conn);
+    let ((), bind_max_us, bind_p99_us) = probed(server, || {
+        drive(
+            conn,
+            n,
+            "bind the holds to the session",
+            |i, b| acquire_bound(b, &key("end", i), &token(i), b"0", SESSION_KEY, &st),
+            |_, r| r.is_grant(),
+        )
+    });
+    let bind_step_ms = latency_max(conn, "command").max(latency_max(conn, "fast-command"));
     assert_eq!(session_bound(conn), n as i64, "holds bound to the session");
     conn.must(&["CONFIG", "RESETSTAT"]);
     latency_reset(conn);
@@ -355,5 +377,19 @@ fn end_run(server: &Server, conn: &mut Conn, n: usize) -> (ExpiryOutcome, f64, f
     outcome.server_step_ms = latency_max(conn, Way::Native.deletion_event());
     let stat = cmdstat(conn, "lease.release");
     assert_eq!(stat.calls, 1, "commandstats: one LEASE.RELEASE");
-    (outcome, rtt_us, stat.usec as f64)
+    let bind = (bind_max_us, bind_p99_us, bind_step_ms);
+    (bind, outcome, rtt_us, stat.usec as f64)
+}
+
+/// Runs `work` while a second connection sends PING in a loop (`spawn_probe`); returns
+/// what it returned and the probe's worst and 99th-percentile round trips, µs.
+fn probed<T>(server: &Server, work: impl FnOnce() -> T) -> (T, f64, f64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe = spawn_probe(server, &stop);
+    let done = work();
+    stop.store(true, Ordering::Relaxed);
+    let samples = probe.join().unwrap_or_else(|_| panic!("the probe failed"));
+    let rtts: Vec<u32> = samples.into_iter().map(|(_, rtt)| rtt).collect();
+    let (max_us, p99_us) = max_p99(&rtts);
+    (done, max_us, p99_us)
 }

@@ -20,3 +20,6 @@ pub mod migrate;
 pub mod notifications;
 pub mod rdb;
 pub mod sessions;
+pub mod table;
+#[cfg(test)]
+mod testing;

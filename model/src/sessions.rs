@@ -2,10 +2,15 @@
 //! is carried out with. Kept in step with every change of a bound hold (a
 //! grant, an effect, a load, a key that arrives or leaves), bounded by the
 //! holds it counts: an entry lives while a hold is bound to it.
+//!
+//! Every table here is a `Table`, which grows a shard at a time: binding
+//! the millionth hold, or ending the session that has them, is a step as
+//! short as binding the first.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::holds::Binding;
+use crate::table::Table;
 
 #[derive(Debug, Default)]
 struct Bound {
@@ -13,7 +18,7 @@ struct Bound {
     total: u64,
     /// The keys that hold them, with how many each (empty once the
     /// session ended and its keys went to the reaper's queue).
-    keys: HashMap<Box<[u8]>, u32>,
+    keys: Table<Box<[u8]>, u32>,
     /// When the session ended, once it has.
     ended_at: Option<u64>,
 }
@@ -27,29 +32,30 @@ pub struct Ended {
     fence: u64,
     /// Whether its `lease.session-end` was announced.
     pub announced: bool,
-    keys: Keys,
-}
-
-#[derive(Debug)]
-enum Keys {
     /// As the index had them: moved, not copied, when the session ended.
-    Map(HashMap<Box<[u8]>, u32>),
-    List(Vec<Box<[u8]>>),
+    keys: Table<Box<[u8]>, u32>,
+    /// The shard taken from `keys` last, not all handed out yet.
+    taken: Vec<(Box<[u8]>, u32)>,
 }
 
 impl Ended {
-    /// Up to `n` keys to visit next; empty when done.
+    /// Up to `n` keys to visit next; empty when done. A step takes at most
+    /// one shard of the table, however many keys the session had.
     pub fn next_keys(&mut self, n: usize) -> Vec<Box<[u8]>> {
-        if let Keys::Map(map) = &mut self.keys {
-            self.keys = Keys::List(std::mem::take(map).into_keys().collect());
-        }
-        match &mut self.keys {
-            Keys::List(list) => {
-                let from = list.len().saturating_sub(n);
-                list.split_off(from)
+        if self.taken.is_empty() {
+            if let Some(shard) = self.keys.take_shard() {
+                self.taken = shard.into_iter().collect();
             }
-            Keys::Map(_) => Vec::new(),
         }
+        let from = self.taken.len().saturating_sub(n);
+        self.taken.drain(from..).map(|(k, _)| k).collect()
+    }
+
+    /// The keys not handed out yet, with their counts: a revived session's.
+    fn into_rest(self) -> Table<Box<[u8]>, u32> {
+        let mut keys = self.keys;
+        keys.extend(self.taken);
+        keys
     }
 }
 
@@ -61,7 +67,9 @@ pub struct BoundIndex {
     /// By database and the session grant's fence (unique on the node but
     /// for keys restored from elsewhere), then the session key: a lookup
     /// copies nothing.
-    sessions: HashMap<(i32, u64), Vec<Named>>,
+    sessions: Table<(i32, u64), Vec<Named>>,
+    /// Entries of `sessions` that have not ended.
+    live: usize,
     /// Sessions that ended with bound holds, for the reaper (primary).
     ended: VecDeque<Ended>,
     holds: u64,
@@ -70,7 +78,7 @@ pub struct BoundIndex {
     /// value arriving under that name with that fence or a lower one is an
     /// ended session coming back (`RENAME` or `MOVE` back, `RESTORE` of its
     /// own `DUMP`) and arrives free.
-    tombstones: HashMap<(i32, Box<[u8]>), u64>,
+    tombstones: Table<(i32, Box<[u8]>), u64>,
     /// The tombstones' keys, oldest first, to forget the oldest past
     /// `MAX_TOMBSTONES`.
     tombstone_order: VecDeque<(i32, Box<[u8]>)>,
@@ -97,7 +105,14 @@ impl BoundIndex {
 
     fn remove(&mut self, db: i32, session: &[u8], fence: u64) {
         if let Some(list) = self.sessions.get_mut(&(db, fence)) {
-            list.retain(|(k, _)| **k != *session);
+            let live = &mut self.live;
+            list.retain(|(k, b)| {
+                let gone = **k == *session;
+                if gone && b.ended_at.is_none() {
+                    *live -= 1;
+                }
+                !gone
+            });
             if list.is_empty() {
                 self.sessions.remove(&(db, fence));
             }
@@ -106,11 +121,14 @@ impl BoundIndex {
 
     /// A hold on `key` is bound to `binding`'s session.
     pub fn bind(&mut self, db: i32, key: &[u8], binding: &Binding) {
-        let list = self.sessions.entry((db, binding.fence)).or_default();
+        let list = self
+            .sessions
+            .get_or_insert_with((db, binding.fence), Vec::new);
         let at = match list.iter().position(|(k, _)| *k == binding.key) {
             Some(at) => at,
             None => {
                 list.push((binding.key.clone(), Bound::default()));
+                self.live += 1;
                 list.len() - 1
             }
         };
@@ -118,12 +136,9 @@ impl BoundIndex {
         let bound = &mut list[at].1;
         bound.total += 1;
         if bound.ended_at.is_none() {
-            match bound.keys.get_mut(key) {
-                Some(n) => *n += 1,
-                None => {
-                    bound.keys.insert(key.into(), 1);
-                }
-            }
+            // One lookup: nearly every bind is of a key new to the session,
+            // which needs its name copied anyway.
+            *bound.keys.get_or_insert_with(key.into(), || 0) += 1;
         }
         self.holds += 1;
     }
@@ -169,7 +184,7 @@ impl BoundIndex {
         fence: u64,
         at_ms: u64,
         queue: bool,
-    ) -> Option<&HashMap<Box<[u8]>, u32>> {
+    ) -> Option<&Table<Box<[u8]>, u32>> {
         // The field itself, not `find_mut`: `ended` is borrowed below.
         let (_, bound) = self
             .sessions
@@ -180,6 +195,7 @@ impl BoundIndex {
             return None;
         }
         bound.ended_at = Some(at_ms);
+        self.live -= 1;
         bury(
             &mut self.tombstones,
             &mut self.tombstone_order,
@@ -196,12 +212,10 @@ impl BoundIndex {
             session: session.into(),
             fence,
             announced: false,
-            keys: Keys::Map(keys),
+            keys,
+            taken: Vec::new(),
         });
-        self.ended.back().and_then(|e| match &e.keys {
-            Keys::Map(map) => Some(map),
-            Keys::List(_) => None,
-        })
+        self.ended.back().map(|e| &e.keys)
     }
 
     /// The session's grant is back under its name with the same fence (an
@@ -220,9 +234,20 @@ impl BoundIndex {
         let Some(bound) = self.find_mut(db, session, fence) else {
             return;
         };
-        bound.ended_at = None;
-        if let Some(Keys::Map(keys)) = ended.map(|e| e.keys) {
-            bound.keys = keys;
+        let was_ended = bound.ended_at.take().is_some();
+        if let Some(ended) = ended {
+            let rest = ended.into_rest();
+            if bound.keys.is_empty() {
+                bound.keys = rest;
+            } else {
+                // Holds bound since: both sets count.
+                for (k, n) in rest {
+                    *bound.keys.get_or_insert_with(k, || 0) += n;
+                }
+            }
+        }
+        if was_ended {
+            self.live += 1;
         }
     }
 
@@ -249,11 +274,7 @@ impl BoundIndex {
 
     /// Sessions with bound holds that have not ended.
     pub fn sessions(&self) -> usize {
-        self.sessions
-            .values()
-            .flatten()
-            .filter(|(_, b)| b.ended_at.is_none())
-            .count()
+        self.live
     }
 
     /// Bound holds counted.
@@ -270,6 +291,9 @@ impl BoundIndex {
         self.sessions.retain(|(d, _), _| keep(*d));
         self.ended.retain(|e| keep(e.db));
         self.holds = self.sessions.values().flatten().map(|(_, b)| b.total).sum();
+        self.live = (self.sessions.values().flatten())
+            .filter(|(_, b)| b.ended_at.is_none())
+            .count();
     }
 
     /// `SWAPDB a b`: the two databases trade their entries.
@@ -299,7 +323,7 @@ impl BoundIndex {
 /// Remembers that the session grant on `session` with `fence` ended (the
 /// fields of `BoundIndex`, borrowed apart from its sessions).
 fn bury(
-    tombstones: &mut HashMap<(i32, Box<[u8]>), u64>,
+    tombstones: &mut Table<(i32, Box<[u8]>), u64>,
     order: &mut VecDeque<(i32, Box<[u8]>)>,
     db: i32,
     session: &[u8],
@@ -400,7 +424,7 @@ mod tests {
         for i in 0..10u8 {
             index.bind(0, &[i], &s);
         }
-        let keys = index.end(0, b"s", 7, 1000, true).map(HashMap::len);
+        let keys = index.end(0, b"s", 7, 1000, true).map(Table::len);
         assert_eq!(keys, Some(10));
         assert!(index.end(0, b"s", 7, 2000, true).is_none(), "once");
         assert_eq!(index.ended_at(0, b"s", 7), Some(1000));
@@ -433,6 +457,39 @@ mod tests {
         }
         assert_eq!(index.ended_at(0, b"s", 7), None);
         assert_eq!(index.holds(), 0);
+    }
+
+    #[test]
+    fn an_end_takes_a_shard_at_a_time_at_any_size() {
+        // The old index turned the whole map into a list at the first
+        // batch: 48 ms at 1,000,000 keys. Each batch now takes at most
+        // one shard out of the table, at 1,000 keys as at 200,000.
+        for n in [1_000u32, 200_000] {
+            let mut index = BoundIndex::default();
+            let s = session(b"s", 7);
+            for i in 0..n {
+                index.bind(0, &i.to_le_bytes(), &s);
+            }
+            index.end(0, b"s", 7, 1000, true);
+            let ended = index.next_ended().expect("queued");
+            let mut handed = 0;
+            let mut most = 0;
+            loop {
+                let before = ended.keys.len();
+                let batch = ended.next_keys(200);
+                if batch.is_empty() {
+                    break;
+                }
+                handed += batch.len();
+                most = most.max(before - ended.keys.len());
+            }
+            assert_eq!(handed, n as usize);
+            let bound = 4 * crate::table::SHARD_LOAD;
+            assert!(
+                most <= bound,
+                "{n} keys: a batch moved {most} out of the table"
+            );
+        }
     }
 
     #[test]
@@ -568,5 +625,176 @@ mod tests {
         assert_eq!(keys(&index, 0, b"s", 7), [b"b".to_vec()]);
         assert!(index.end(0, b"s", 7, 2000, false).is_some());
         assert!(keys(&index, 0, b"s", 7).is_empty(), "ended, not queued");
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    use crate::testing::Gen;
+
+    /// A session grant: database, name, fence.
+    type Grant = (i32, Box<[u8]>, u64);
+
+    /// The oracle: the live bound holds as a plain list (key and grant),
+    /// the grants that ended, and the reaper's queue with the keys each
+    /// ended grant had and those handed out so far.
+    #[derive(Default)]
+    struct Oracle {
+        holds: Vec<(Box<[u8]>, Grant)>,
+        ended: HashSet<Grant>,
+        queue: VecDeque<(Grant, Keys, Keys)>,
+    }
+
+    type Keys = HashSet<Box<[u8]>>;
+
+    impl Oracle {
+        fn keys(&self, grant: &Grant) -> HashSet<Box<[u8]>> {
+            let held = self.holds.iter().filter(|(_, g)| g == grant);
+            held.map(|(k, _)| k.clone()).collect()
+        }
+
+        /// The reaper took `key` of `grant`: its holds go (settled free).
+        fn reap(&mut self, index: &mut BoundIndex, key: &[u8], grant: &Grant) {
+            let binding = binding(grant);
+            while let Some(at) = (self.holds.iter()).position(|(k, g)| **k == *key && g == grant) {
+                self.holds.swap_remove(at);
+                index.unbind(grant.0, key, &binding);
+            }
+            if !self.holds.iter().any(|(_, g)| g == grant) {
+                self.ended.remove(grant);
+            }
+        }
+    }
+
+    fn binding(grant: &Grant) -> Binding {
+        Binding {
+            key: grant.1.clone(),
+            fence: grant.2,
+        }
+    }
+
+    fn check(index: &BoundIndex, oracle: &Oracle, grants: &[Grant], seed: u64) {
+        assert_eq!(index.holds(), oracle.holds.len() as u64, "seed {seed}");
+        let live: HashSet<&Grant> = (oracle.holds.iter())
+            .map(|(_, g)| g)
+            .filter(|g| !oracle.ended.contains(*g))
+            .collect();
+        assert_eq!(index.sessions(), live.len(), "seed {seed}: live sessions");
+        for grant in grants {
+            let (db, name, fence) = (grant.0, &*grant.1, grant.2);
+            let ended = oracle.ended.contains(grant);
+            let count = oracle.holds.iter().filter(|(_, g)| g == grant).count();
+            let want = if ended { 0 } else { count as u64 };
+            assert_eq!(index.bound_to(db, name, fence), want, "seed {seed}");
+            assert_eq!(
+                index.ended_at(db, name, fence).is_some(),
+                ended,
+                "seed {seed}"
+            );
+            let keys: HashSet<Box<[u8]>> =
+                index.bound_keys(db, name, fence).map(Box::from).collect();
+            let want = if ended {
+                HashSet::new()
+            } else {
+                oracle.keys(grant)
+            };
+            assert_eq!(keys, want, "seed {seed}: bound keys of {grant:?}");
+        }
+    }
+
+    #[test]
+    fn random_sessions_agree_with_a_plain_model() {
+        for seed in 1..=30u64 {
+            let mut g = Gen(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+            let mut index = BoundIndex::default();
+            let mut oracle = Oracle::default();
+            let grants: Vec<Grant> = (0..2)
+                .flat_map(|db| {
+                    (0..3).flat_map(move |s| {
+                        (1..=2).map(move |f| (db, format!("s{s}").into_bytes().into(), f))
+                    })
+                })
+                .collect();
+            let space = [20, 3_000][seed as usize % 2];
+            for step in 0..4_000 {
+                let grant = grants[g.below(grants.len() as u64) as usize].clone();
+                match g.below(20) {
+                    // Holds are bound to live sessions only (an ACQUIRE
+                    // names a live one).
+                    0..=11 if !oracle.ended.contains(&grant) => {
+                        let key: Box<[u8]> = format!("k{}", g.below(space)).into_bytes().into();
+                        index.bind(grant.0, &key, &binding(&grant));
+                        oracle.holds.push((key, grant));
+                    }
+                    // A live session's hold goes (an ended one's go by the
+                    // reaper, below).
+                    12..=14 if !oracle.holds.is_empty() => {
+                        let at = g.below(oracle.holds.len() as u64) as usize;
+                        if oracle.ended.contains(&oracle.holds[at].1) {
+                            continue;
+                        }
+                        let (key, grant) = oracle.holds.swap_remove(at);
+                        index.unbind(grant.0, &key, &binding(&grant));
+                        if !oracle.holds.iter().any(|(_, g)| *g == grant) {
+                            oracle.ended.remove(&grant);
+                        }
+                    }
+                    15 => {
+                        let keys = index.end(grant.0, &grant.1, grant.2, 1000, true);
+                        let keys: Option<HashSet<Box<[u8]>>> =
+                            keys.map(|t| t.keys().cloned().collect());
+                        let bound = oracle.holds.iter().any(|(_, g)| *g == grant);
+                        if bound && oracle.ended.insert(grant.clone()) {
+                            let had = oracle.keys(&grant);
+                            assert_eq!(keys.as_ref(), Some(&had), "seed {seed}");
+                            oracle.queue.push_back((grant, had, HashSet::new()));
+                        } else {
+                            assert_eq!(keys, None, "seed {seed}: ended once, and bound");
+                        }
+                    }
+                    16 => {
+                        index.revive(grant.0, &grant.1, grant.2);
+                        oracle.ended.remove(&grant);
+                        oracle.queue.retain(|(g, _, _)| *g != grant);
+                    }
+                    _ => {
+                        // A reaper step: a batch of the oldest ended grant.
+                        let n = 1 + g.below(60) as usize;
+                        let (batch, ended) = match index.next_ended() {
+                            Some(e) => ((e.next_keys(n)), (e.db, e.session.clone(), e.fence)),
+                            None => {
+                                assert!(oracle.queue.is_empty(), "seed {seed}");
+                                continue;
+                            }
+                        };
+                        let Some((grant, had, handed)) = oracle.queue.front_mut() else {
+                            panic!("seed {seed}: the index queued {ended:?}, the oracle none");
+                        };
+                        assert_eq!(*grant, ended, "seed {seed}: the oldest first");
+                        assert!(batch.len() <= n, "seed {seed}");
+                        for key in &batch {
+                            assert!(had.contains(key), "seed {seed}: {key:?} was not bound");
+                            assert!(handed.insert(key.clone()), "seed {seed}: {key:?} twice");
+                        }
+                        if batch.is_empty() {
+                            assert_eq!(had, handed, "seed {seed}: every key handed out");
+                            index.finish_ended();
+                            oracle.queue.pop_front();
+                        }
+                        for key in batch {
+                            oracle.reap(&mut index, &key, &ended);
+                        }
+                    }
+                }
+                if step % 50 == 0 {
+                    check(&index, &oracle, &grants, seed);
+                }
+            }
+            check(&index, &oracle, &grants, seed);
+        }
     }
 }
