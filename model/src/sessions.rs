@@ -51,6 +51,22 @@ impl Ended {
         self.taken.drain(from..).map(|(k, _)| k).collect()
     }
 
+    /// A hold on `key` left before the reaper reached it: one fewer to hand
+    /// back if the session is revived.
+    fn unbound(&mut self, key: &[u8]) {
+        if let Some(n) = self.keys.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.keys.remove(key);
+            }
+        } else if let Some(at) = self.taken.iter().position(|(k, _)| **k == *key) {
+            self.taken[at].1 -= 1;
+            if self.taken[at].1 == 0 {
+                self.taken.swap_remove(at);
+            }
+        }
+    }
+
     /// The keys not handed out yet, with their counts: a revived session's.
     fn into_rest(self) -> Table<Box<[u8]>, u32> {
         let mut keys = self.keys;
@@ -148,17 +164,33 @@ impl BoundIndex {
         let Some(bound) = self.find_mut(db, &binding.key, binding.fence) else {
             return;
         };
-        if let Some(n) = bound.keys.get_mut(key) {
-            *n -= 1;
-            if *n == 0 {
-                bound.keys.remove(key);
+        let queued = match bound.keys.get_mut(key) {
+            Some(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    bound.keys.remove(key);
+                }
+                false
             }
-        }
+            // The session ended: its keys are in the reaper's queue.
+            None => bound.ended_at.is_some(),
+        };
         bound.total = bound.total.saturating_sub(1);
         let emptied = bound.total == 0;
         self.holds = self.holds.saturating_sub(1);
         if emptied {
             self.remove(db, &binding.key, binding.fence);
+        }
+        if queued {
+            // Not handed back with the rest if the session is revived.
+            let session = &*binding.key;
+            if let Some(ended) = self
+                .ended
+                .iter_mut()
+                .find(|e| e.db == db && &*e.session == session && e.fence == binding.fence)
+            {
+                ended.unbound(key);
+            }
         }
     }
 
@@ -504,6 +536,30 @@ mod tests {
         assert_eq!(index.ended_at(0, b"s", 7), None);
         // It can end again later.
         assert!(index.end(0, b"s", 7, 2000, true).is_some());
+    }
+
+    #[test]
+    fn a_hold_gone_before_the_reaper_is_not_handed_back_on_revival() {
+        let mut index = BoundIndex::default();
+        let s = session(b"s", 7);
+        for key in [&b"a"[..], b"b", b"b"] {
+            index.bind(0, key, &s);
+        }
+        assert!(index.end(0, b"s", 7, 1000, true).is_some());
+        // Released by their holders while the keys wait in the reaper's queue.
+        index.unbind(0, b"a", &s);
+        index.unbind(0, b"b", &s);
+        index.revive(0, b"s", 7);
+        assert_eq!(index.bound_to(0, b"s", 7), 1);
+        let keys: Vec<&[u8]> = index.bound_keys(0, b"s", 7).collect();
+        assert_eq!(keys, [&b"b"[..]], "a's only hold went; one of b's stays");
+        // Also once the reaper was handed a batch (the keys out of the table).
+        assert!(index.end(0, b"s", 7, 2000, true).is_some());
+        let ended = index.next_ended().expect("queued");
+        assert_eq!(ended.next_keys(0), Vec::<Box<[u8]>>::new());
+        index.unbind(0, b"b", &s);
+        index.revive(0, b"s", 7);
+        assert_eq!(index.bound_keys(0, b"s", 7).count(), 0);
     }
 
     #[test]
