@@ -197,7 +197,7 @@ fn reap_key(ctx: Ctx, entry: &Due, name: OwnedString, now: u64, deleted: &mut De
         return settle_key(ctx, db, name, now, &mut lookup, deleted);
     }
     let recheck_at = now.saturating_add(config::reap_interval_ms() as u64);
-    if state::waiters().len(db, key_bytes) > 0 {
+    if state::waiting_on(db, key_bytes) {
         // Expired with a queue: the head waiter takes it now. The key keeps
         // an entry, to be looked at again after the waiter's grant.
         drop(key);
@@ -248,7 +248,7 @@ fn settle_key(
         return;
     }
     let own_session = sessions::session_grant(lease);
-    let waiting = state::waiters().len(db, rm::bytes(&name.as_ptr())) > 0;
+    let waiting = state::waiting_on(db, rm::bytes(&name.as_ptr()));
     let recheck_at = now.saturating_add(config::reap_interval_ms() as u64);
     let change = Change::settled(lease, now, lookup, own_session, waiting, recheck_at);
     commit_reaped(ctx, db, name, On::Key(&mut key), change, deleted);

@@ -184,11 +184,13 @@ pub fn waiters() -> Waiters {
 }
 
 /// Whether any client waits, kept by `Waiters`: read without the lock by
-/// the key events every `DEL` of any key sends.
+/// the key events every `DEL` of any key sends, and by the reaper and the
+/// unlink of each lease key.
 static ANY_WAITING: AtomicBool = AtomicBool::new(false);
 
-pub fn any_waiting() -> bool {
-    ANY_WAITING.load(Ordering::Relaxed)
+/// Whether clients wait for `key` in `db`; no lock while nobody waits.
+pub fn waiting_on(db: i32, key: &[u8]) -> bool {
+    ANY_WAITING.load(Ordering::Relaxed) && waiters().len(db, key) > 0
 }
 
 /// The wait queues, locked; `ANY_WAITING` is brought up to date as the lock

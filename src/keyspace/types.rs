@@ -411,7 +411,7 @@ unsafe extern "C" fn lease_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *c
                 return;
             }
             removals::note_removed(db, key, Floor::Lease(lease.fence()));
-            if state::waiters().len(db, key) > 0 {
+            if state::waiting_on(db, key) {
                 state::wake_later(rm::module_ctx(), db, key);
             }
             // Bound holds count as live here: no other key can be read from

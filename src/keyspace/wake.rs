@@ -11,7 +11,7 @@ pub const PAUSED_RETRY_MS: i64 = 10;
 
 /// Whether clients wait for `key` in the current database.
 pub fn has_waiters(ctx: Ctx, key: RString) -> bool {
-    state::any_waiting() && state::waiters().len(rm::selected_db(ctx), rm::bytes(&key)) > 0
+    state::waiting_on(rm::selected_db(ctx), rm::bytes(&key))
 }
 
 pub fn waiters_on(ctx: Ctx, key: RString) -> usize {
