@@ -30,6 +30,11 @@
 //!   (section d carries it next to the leases expiring together). `--sessions` runs only
 //!   these, against as many leases expiring together, and writes `sessions.md` and
 //!   `sessions.svg`.
+//! - `stalls` (benches/compare/stalls.rs): the longest server step (issue 27) while
+//!   1,000,000 holds are bound to a session, the session ends, 1,000,000 leases expire
+//!   together (against as many `SET NX PX` strings) and eviction restores 100,000
+//!   leases: a probe's worst PING and the server's latency monitor. `--stalls` runs only
+//!   these and writes `stalls.md`.
 //!
 //! These are benchmarks, not tests: a missed target is reported, never an error. A wrong
 //! reply (a grant refused, a release that released nothing) is an error: the numbers of a
@@ -39,6 +44,7 @@ mod chart;
 mod report;
 mod sessions;
 mod shared;
+mod stalls;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,6 +101,10 @@ pub struct Plan {
     pub session_rounds: usize,
     /// Holds bound to the session whose end is measured.
     pub session_end_holds: usize,
+    /// Holds bound, and leases and strings expiring, in each stall step.
+    pub stall_keys: usize,
+    /// Leases (and as many filler strings) of the eviction stall step.
+    pub stall_evict_keys: usize,
 }
 
 impl Plan {
@@ -121,6 +131,8 @@ impl Plan {
             session_period: Duration::from_secs(1),
             session_rounds: 6,
             session_end_holds: 100_000,
+            stall_keys: 1_000_000,
+            stall_evict_keys: 100_000,
         }
     }
 
@@ -145,6 +157,8 @@ impl Plan {
             session_period: Duration::from_millis(100),
             session_rounds: 6,
             session_end_holds: 2_000,
+            stall_keys: 20_000,
+            stall_evict_keys: 5_000,
         }
     }
 }
@@ -160,6 +174,8 @@ pub enum Mode {
     Memory,
     /// Sessions only: sessions.md and sessions.svg.
     Sessions,
+    /// The longest server step of large lease work: stalls.md.
+    Stalls,
 }
 
 struct Options {
@@ -170,13 +186,18 @@ struct Options {
     note: Option<String>,
 }
 
-const USAGE: &str = "usage: scripts/bench [--quick] [--shared | --memory | --sessions [--real-time] [--session-holds N]] [--runs N] [--servers redis7,redis8,valkey8,valkey9 | --all-servers] [--out DIR] [--note TEXT]
+const USAGE: &str = "usage: scripts/bench [--quick] [--shared | --memory | --sessions [--real-time] [--session-holds N] | --stalls [--stall-keys N] [--stall-evict-keys N]] [--runs N] [--servers redis7,redis8,valkey8,valkey9 | --all-servers] [--out DIR] [--note TEXT]
   --quick        1 run of small sizes (CI smoke); writes to target/bench-quick/ unless --out
   --shared       only shared holds vs the sorted-set semaphore: shared.md, shared.svg
   --memory       only memory per exclusive lease and per shared hold: memory.md
   --sessions     only sessions: N leases kept alive by one session vs N renewals, and a
                  session with 100,000 bound holds ending: sessions.md, sessions.svg
   --session-holds N  holds bound to the session whose end is measured (default 100,000)
+  --stalls       only the longest server step (probe and latency monitor): binding N
+                 holds to a session, its end, N leases expiring vs N SET NX PX strings,
+                 eviction restoring leases: stalls.md
+  --stall-keys N holds bound and keys expiring in --stalls (default 1,000,000)
+  --stall-evict-keys N  leases (and as many strings) of the eviction step (default 100,000)
   --real-time    keep-alive at ttl 30 s, a renewal every 10 s, for a minute (default:
                  compressed 10 times, ttl 3 s, every 1 s, for 6 s)
   --runs N       repeat every measurement N times (default 5, --quick 1)
@@ -192,6 +213,8 @@ fn parse_options() -> Options {
     let mut benching = false;
     let mut runs = None;
     let mut session_holds = None;
+    let mut stall_keys = None;
+    let mut stall_evict_keys = None;
     let mut flavors = vec![Flavor::Redis7];
     let mut out = None;
     let mut note = None;
@@ -208,6 +231,7 @@ fn parse_options() -> Options {
             "--shared" => mode = Mode::Shared,
             "--memory" => mode = Mode::Memory,
             "--sessions" => mode = Mode::Sessions,
+            "--stalls" => mode = Mode::Stalls,
             "--real-time" => real_time = true,
             "--runs" => {
                 let v = value("--runs");
@@ -225,6 +249,24 @@ fn parse_options() -> Options {
                         .ok()
                         .filter(|&n| n > 0)
                         .unwrap_or_else(|| fail(&format!("bad --session-holds {v:?}"))),
+                );
+            }
+            "--stall-keys" => {
+                let v = value("--stall-keys");
+                stall_keys = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .unwrap_or_else(|| fail(&format!("bad --stall-keys {v:?}"))),
+                );
+            }
+            "--stall-evict-keys" => {
+                let v = value("--stall-evict-keys");
+                stall_evict_keys = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .unwrap_or_else(|| fail(&format!("bad --stall-evict-keys {v:?}"))),
                 );
             }
             "--servers" => {
@@ -257,6 +299,12 @@ fn parse_options() -> Options {
     }
     if let Some(holds) = session_holds {
         plan.session_end_holds = holds;
+    }
+    if let Some(n) = stall_keys {
+        plan.stall_keys = n;
+    }
+    if let Some(n) = stall_evict_keys {
+        plan.stall_evict_keys = n;
     }
     if real_time {
         let scale = if quick { 100 } else { 10 };
@@ -1392,6 +1440,7 @@ fn main() {
     match options.mode {
         Mode::All => {}
         Mode::Sessions => return main_sessions(&options, machine, started),
+        Mode::Stalls => return main_stalls(&options, machine, started),
         Mode::Shared | Mode::Memory => return main_shared(&options, machine, started),
     }
     let mut results = Vec::new();
@@ -1523,4 +1572,28 @@ fn main_sessions(options: &Options, mut machine: report::Machine, started: Insta
         );
         println!("wrote {}", svg.display());
     }
+}
+
+/// `--stalls`: only the longest server step of large lease work.
+fn main_stalls(options: &Options, mut machine: report::Machine, started: Instant) {
+    let plan = &options.plan;
+    let mut results = Vec::new();
+    for &flavor in &options.flavors {
+        let version = server_version(&start(flavor));
+        progress(&format!("{flavor}: {version}"));
+        let stalls = stalls::bench(flavor, plan);
+        results.push(stalls::StallServer {
+            flavor,
+            version,
+            stalls,
+        });
+    }
+    machine.finish(started.elapsed());
+    let md = stalls::markdown(&results, plan, &machine);
+    println!("{md}");
+    std::fs::create_dir_all(&options.out)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", options.out.display()));
+    let path = options.out.join("stalls.md");
+    write(&path, &md);
+    println!("wrote {}", path.display());
 }
