@@ -119,6 +119,8 @@ pub struct Eviction {
 
 #[derive(Clone, Debug)]
 pub struct StallResult {
+    /// As many `SET NX PX` strings written the same way: the anchor for binding.
+    pub string_fill: Step,
     pub binding: Step,
     pub session_end: Step,
     pub lease_expiry: Step,
@@ -138,6 +140,7 @@ pub fn bench(flavor: Flavor, plan: &Plan) -> StallResult {
     );
     let n = plan.stall_keys;
     let mut result = StallResult {
+        string_fill: Step::new(n),
         binding: Step::new(n),
         session_end: Step::new(n),
         lease_expiry: Step::new(n),
@@ -233,6 +236,19 @@ fn lease_counter(conn: &mut Conn, field: &str) -> u64 {
 /// Binds `n` holds to a session, then releases it at a deadline and waits until every
 /// bound key is deleted.
 fn session_run(server: &Server, conn: &mut Conn, n: usize, result: &mut StallResult) {
+    // The anchor: as many strings written the same way, a pipeline at a time.
+    flushall(conn);
+    latency_reset(conn);
+    let (took, probe) = probed(server, || {
+        let started = Instant::now();
+        fill(conn, Way::Lua, "stall", 0, n, |_| LONG_TTL.to_vec());
+        started.elapsed()
+    });
+    let events = latency_events(conn);
+    result
+        .string_fill
+        .record(probe, events, took.as_secs_f64() * 1e3);
+
     flushall(conn);
     let st = token(3_000_000_000);
     drive(
@@ -509,6 +525,10 @@ fn steps(r: &StallResult) -> Vec<Row<'_>> {
         anchor: false,
     };
     let mut out = vec![
+        Row {
+            anchor: true,
+            ..row("`SET NX PX` strings written the same way", &r.string_fill)
+        },
         row("binding holds to one session", &r.binding),
         row("session end (bound holds deleted)", &r.session_end),
         Row {
@@ -576,7 +596,9 @@ pub fn markdown(results: &[StallServer], plan: &Plan, machine: &Machine) -> Stri
          server's thread taking the modules' lock after each sleep, which no thread of \
          this module holds, so a sample there is the thread waiting for a CPU.\n\n\
          - binding: {n} holds bound to one session (`LEASE.ACQUIRE key 0 TOKEN t SESSION \
-         s st`), pipelined 1,000 at a time; time = binding them all.\n\
+         s st`), pipelined 1,000 at a time; time = binding them all. The anchor: as many \
+         `SET key token NX PX 3600000` written the same way on the emptied server just \
+         before (the server's own dictionaries grow as much).\n\
          - session end: that session released (`LEASE.RELEASE`) 2 s after the last bind; \
          time = from the release until every bound key is deleted (DBSIZE 0).\n\
          - expiry: {n} leases with one deadline, then as many `SET NX PX` strings with \
@@ -642,6 +664,23 @@ pub fn markdown(results: &[StallServer], plan: &Plan, machine: &Machine) -> Stri
             let ratio = clear_ratio(r);
             format!("{} **{}**", times(ratio), verdict(ratio <= CLEAR_GOAL))
         },
+    );
+    let anchor_cell = |step: &Step| {
+        format!(
+            "{}, probe {} ms",
+            worst_event_cell(step),
+            ms(step.probe_max_us.max())
+        )
+    };
+    goal_row(
+        &mut out,
+        &format!("for comparison: {n} `SET NX PX` strings written"),
+        &|r| anchor_cell(&r.string_fill),
+    );
+    goal_row(
+        &mut out,
+        &format!("for comparison: {n} `SET NX PX` strings expiring"),
+        &|r| anchor_cell(&r.string_expiry),
     );
     let _ = writeln!(
         out,
