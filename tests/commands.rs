@@ -1247,7 +1247,7 @@ for_each_server!(configs_get_set_and_refuse_out_of_range, |flavor| {
     let mut con = server.client();
 
     assert_eq!(config_get(&mut con, "lease.reap-hz"), "10");
-    assert_eq!(config_get(&mut con, "lease.reap-batch"), "200");
+    assert_eq!(config_get(&mut con, "lease.reap-batch"), "1000");
     assert_eq!(config_get(&mut con, "lease.allkeys-eviction"), "refuse");
 
     config_set(&mut con, "lease.reap-batch", "500");

@@ -286,6 +286,52 @@ for_each_server!(a_due_entry_left_by_the_reaper_is_named, |flavor| {
     assert_clean(&mut con, "once the reaper took it");
 });
 
+// A backlog the reaper takes over many ticks (each stops at its batch or its time):
+// the check holds at every step (a tick that stops early loses no entry: a lease
+// without one is named) and every key goes.
+for_each_server!(
+    a_backlog_over_many_ticks_checks_clean_at_every_step,
+    |flavor| {
+        let options = ServerOptions::new().config("lease.reap-batch", "20");
+        let server = Server::start_with(flavor, options);
+        let mut con = server.client();
+        const N: usize = 4_000;
+        let mut pipe = redis::pipe();
+        for i in 0..N {
+            pipe.cmd("LEASE.ACQUIRE")
+                .arg(format!("backlog:{i}"))
+                .arg(300)
+                .arg("TOKEN")
+                .arg("tok-backlog")
+                .ignore();
+        }
+        let () = pipe.query(&mut con).expect("pipelined acquires");
+        assert_ok(call(&mut con, "DEBUG", ("SLEEP", "0.4")), "DEBUG SLEEP");
+        let mut midway = 0;
+        let give_up = std::time::Instant::now() + WAIT;
+        loop {
+            let left = int(call(&mut con, "DBSIZE", NONE));
+            assert!(
+                std::time::Instant::now() < give_up,
+                "{left} keys still there after {WAIT:?}"
+            );
+            assert_clean(&mut con, &format!("with {left} of {N} keys left to reap"));
+            if left == 0 {
+                break;
+            }
+            if (left as usize) < N {
+                midway += 1;
+            }
+        }
+        // 200 ticks of 20 keys, a millisecond or more apart: many checks fall among them.
+        assert!(
+            midway >= 10,
+            "only {midway} checks while the backlog was reaped"
+        );
+        assert_eq!(lease_stat(&server, "expired"), N as u64);
+    }
+);
+
 // A replica keeps no deadline index: an entry put there is named.
 for_each_server!(an_index_on_a_replica_is_named, |flavor| {
     let master = faulty(flavor, "");

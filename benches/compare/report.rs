@@ -465,7 +465,7 @@ fn server_tables(out: &mut String, r: &ServerResult, plan: &Plan) {
          for a CPU from `/proc/<pid>/schedstat`. \"While deleting\" is from the deadline until DBSIZE = 0; \
          \"before\" is the same probe on the same server in the seconds before the \
          deadline. Leases are deleted by the module's reaper (`lease.reap-hz` 10, \
-         `lease.reap-batch` 200, defaults); strings by Redis's own active expiry. \
+         `lease.reap-batch` 1000 and 1 ms a tick, defaults); strings by Redis's own active expiry. \
          Milliseconds; worst = the largest over {runs} runs, others median (min–max).\n",
         count(e.keys as f64),
         crate::EXPIRY_LEAD.as_secs_f64(),
@@ -700,7 +700,7 @@ pub fn session_tables(
         out,
         "\n### {letter}. A session with {holds} bound holds ending\n\n\
          {holds} holds bound with ttl 0 to one session (`lease.reap-hz` 10, \
-         `lease.reap-batch` 200, the defaults), the session released by `LEASE.RELEASE` \
+         `lease.reap-batch` 1000 and 1 ms a tick, the defaults), the session released by `LEASE.RELEASE` \
          at the deadline; against {holds} leases expiring together at one deadline \
          (as section d of [bench.md](bench.md), which has 1,000,000), the two in turn on \
          the same server. A probe client times PING round trips, waiting {gap:.1} ms after \

@@ -11,16 +11,16 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 /// Most expired lease keys the reaper deletes in one tick, and most keys
 /// freed by sessions' ends it settles in one tick (deletes, or hands to a
-/// waiter). Bounds the time one tick holds the event loop (about 1 µs per
-/// key).
-pub const REAP_BATCH_DEFAULT: i64 = 200;
+/// waiter). A tick also stops after 1 ms of work, whatever this is (about
+/// 1 µs a key): the longest a client waits behind the reaper.
+pub const REAP_BATCH_DEFAULT: i64 = 1_000;
 pub const REAP_BATCH_MIN: i64 = 1;
 pub const REAP_BATCH_MAX: i64 = 100_000;
 
-/// Reaper ticks per second while nothing is due. A tick that fills its batch
-/// schedules the next one at once (1 ms), so a backlog drains quickly
-/// without any single tick growing; a waiter's expiry is served at its
-/// deadline whatever this is.
+/// Reaper ticks per second while nothing is due. A tick that leaves work
+/// (its batch or its 1 ms used) schedules the next one at once (1 ms), so a
+/// backlog drains quickly without any single tick growing; a waiter's
+/// expiry is served at its deadline whatever this is.
 pub const REAP_HZ_DEFAULT: i64 = 10;
 pub const REAP_HZ_MIN: i64 = 1;
 pub const REAP_HZ_MAX: i64 = 1_000;

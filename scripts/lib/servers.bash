@@ -28,11 +28,13 @@ while read -r name var source platform binary label; do
 done <"$server_matrix"
 unset name var source platform binary label
 
-# Exports each server's variable, set to its default binary when it is unset or empty.
+# Exports each server's variable, set to its default binary when it is unset. One set to
+# the empty string stays empty: the clients' suites leave that server out (the Rust
+# harness runs the whole matrix and reads empty as the default).
 server_export_defaults() {
     local name var
     for name in "${server_names[@]}"; do
         var=${server_var[$name]}
-        export "$var=${!var:-${server_default[$name]}}"
+        export "$var=${!var-${server_default[$name]}}"
     done
 }

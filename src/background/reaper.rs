@@ -1,8 +1,10 @@
 //! The reaper: a module timer that, on a primary, deletes expired lease keys
 //! nobody waits for (replicating each `DEL`), wakes waiters of expired
 //! leases, and rebuilds the deadline index by scanning after a load or a
-//! promotion. Work per tick is bounded (`lease.reap-batch` keys, a fixed
-//! scan budget); a tick that used its budget schedules the next at once.
+//! promotion. Work per tick is bounded (`lease.reap-batch` keys, `TICK_BUDGET`
+//! of time, a fixed scan budget); a tick that leaves work behind schedules
+//! the next as soon as the server's timers allow (1 ms), serving the clients
+//! in between.
 
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,6 +26,33 @@ use crate::rm::{self, api, Ctx, Key, OwnedString, RString, Slot};
 
 /// Keys a rebuild scan visits per tick.
 const SCAN_BUDGET: usize = 2_000;
+
+/// Longest a tick works before it hands the event loop back: the longest a
+/// client waits behind the reaper, whatever a key costs (the server's own
+/// fast expire cycle takes 1 ms too).
+const TICK_BUDGET: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Keys between two looks at the clock (about 1 µs each).
+const CLOCK_EVERY: usize = 8;
+
+/// Keys of an ended session settled with one read of the session (and
+/// one look at the clock).
+const SETTLE_STEP: usize = 32;
+
+/// A tick's time: spent once `TICK_BUDGET` has passed since it began.
+struct Budget(std::time::Instant);
+
+impl Budget {
+    /// Whether the tick should stop, after `taken` keys: the clock is read
+    /// every `CLOCK_EVERY` of them.
+    fn spent(&self, taken: usize) -> bool {
+        taken % CLOCK_EVERY == 0 && taken > 0 && self.over()
+    }
+
+    fn over(&self) -> bool {
+        self.0.elapsed() >= TICK_BUDGET
+    }
+}
 
 struct Rescan {
     db: i32,
@@ -117,15 +146,16 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
         HELD_BACK.store(false, Ordering::Relaxed);
         let now = rm::now_ms();
         let batch = config::reap_batch();
-        let started = std::time::Instant::now();
-        let reaped = reap(ctx, now, batch);
-        if reaped < batch {
+        let budget = Budget(std::time::Instant::now());
+        let swept = reap(ctx, now, batch, &budget);
+        if swept {
             SWEPT_AT.store(now, Ordering::Relaxed);
         }
-        let settled = reap_ended(ctx, now, batch);
+        let settled = reap_ended(ctx, now, batch, &budget);
         let scanning = scan_step(ctx);
-        report_tick(started.elapsed());
-        if reaped == batch || settled == batch || scanning {
+        report_tick(budget.0.elapsed());
+        if !swept || !settled || scanning {
+            // The soonest the server fires a module timer.
             return 1;
         }
         // Wake for the next deadline, so waiters get an expired lease on time.
@@ -138,14 +168,16 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
     schedule(ctx, next);
 }
 
-/// Handles up to `batch` due index entries; returns how many it took. The
-/// keys it deletes replicate as one `DEL` per database per batch
-/// (`commit::Deletions`).
-fn reap(ctx: Ctx, now: u64, batch: usize) -> usize {
+/// Handles up to `batch` due index entries, within the tick's `budget`;
+/// returns whether it took every entry due at `now`. The keys it deletes
+/// replicate as one `DEL` per database per batch (`commit::Deletions`).
+fn reap(ctx: Ctx, now: u64, batch: usize, budget: &Budget) -> bool {
     let mut taken = 0;
+    let mut swept = false;
     let mut deleted = Deletions::default();
-    while taken < batch {
+    while taken < batch && !budget.spent(taken) {
         let Some(entry) = state::index().pop_due(now) else {
+            swept = true;
             break;
         };
         taken += 1;
@@ -156,7 +188,7 @@ fn reap(ctx: Ctx, now: u64, batch: usize) -> usize {
         reap_key(ctx, &entry, name, now, &mut deleted);
     }
     deleted.flush(ctx);
-    taken
+    swept || !state::index().next_deadline().is_some_and(|d| d <= now)
 }
 
 /// Looks at one due key: an expired one (or a free record nobody waits
@@ -254,20 +286,22 @@ fn settle_key(
     commit_reaped(ctx, db, name, On::Key(&mut key), change, deleted);
 }
 
-/// Reaps, up to `budget` keys, the bound holds of sessions that ended;
-/// returns how many keys it looked at.
-fn reap_ended(ctx: Ctx, now: u64, budget: usize) -> usize {
+/// Reaps, up to `batch` keys and within the tick's `budget`, the bound
+/// holds of sessions that ended; returns whether it settled them all.
+fn reap_ended(ctx: Ctx, now: u64, batch: usize, budget: &Budget) -> bool {
     let mut taken = 0;
     let mut deleted = Deletions::default();
-    while taken < budget {
+    let mut settled = false;
+    while taken < batch && !(taken > 0 && budget.over()) {
         let next = {
             let mut index = state::bound();
             let Some(ended) = index.next_ended() else {
+                settled = true;
                 break;
             };
             let announce = !ended.announced;
             ended.announced = true;
-            let keys = ended.next_keys(budget - taken);
+            let keys = ended.next_keys((batch - taken).min(SETTLE_STEP));
             if keys.is_empty() {
                 index.finish_ended();
                 continue;
@@ -294,7 +328,7 @@ fn reap_ended(ctx: Ctx, now: u64, budget: usize) -> usize {
         }
     }
     deleted.flush(ctx);
-    taken
+    settled
 }
 
 struct ScanState {
