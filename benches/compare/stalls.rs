@@ -44,6 +44,9 @@ const FILLER_LEN: usize = 512;
 /// The issue's bounds: no server step over 2 ms; leases clear within 1.2× the strings.
 const STEP_GOAL_MS: f64 = 2.0;
 const CLEAR_GOAL: f64 = 1.2;
+/// Commands at least this slow are kept by `SLOWLOG` during a step, µs.
+const SLOWLOG_US: &str = "2000";
+const SLOWEST_KEPT: usize = 3;
 /// Latency events that time no work of the server's: `module-acquire-GIL` is the main
 /// thread taking the modules' lock after each sleep of its event loop (and firing the
 /// after-sleep event, to which this module does not listen). The module runs no thread
@@ -65,6 +68,9 @@ pub struct Step {
     /// How long the step took, ms: binding every hold; from the release or the deadline
     /// until every key is deleted; from lowering `maxmemory` until eviction is done.
     pub time_ms: Samples,
+    /// The slowest commands of the step over all runs (`SLOWLOG`, 2 ms and more): µs
+    /// and the command, its arguments cut short.
+    pub slowest: Vec<(u64, String)>,
 }
 
 impl Step {
@@ -84,6 +90,13 @@ impl Step {
             *worst = worst.max(ms);
         }
         self.time_ms.push(time_ms);
+    }
+
+    /// Adds the commands `SLOWLOG` kept since `slowlog_reset`, keeping the slowest few.
+    fn record_slowlog(&mut self, conn: &mut Conn) {
+        self.slowest.extend(slowlog(conn));
+        self.slowest.sort_by_key(|&(us, _)| std::cmp::Reverse(us));
+        self.slowest.truncate(SLOWEST_KEPT);
     }
 
     /// The longest step of work the server timed and its event, if any reached 1 ms.
@@ -216,6 +229,45 @@ fn latency_events(conn: &mut Conn) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// Empties `SLOWLOG`, which keeps every command of `SLOWLOG_US` or more from now on.
+fn slowlog_reset(conn: &mut Conn) {
+    conn.must(&["CONFIG", "SET", "slowlog-log-slower-than", SLOWLOG_US]);
+    conn.must(&["CONFIG", "SET", "slowlog-max-len", "1024"]);
+    conn.must(&["SLOWLOG", "RESET"]);
+}
+
+/// The commands `SLOWLOG` kept: µs, and the command with its first arguments.
+fn slowlog(conn: &mut Conn) -> Vec<(u64, String)> {
+    let reply = conn
+        .call(&[b"SLOWLOG", b"GET", b"1024"])
+        .unwrap_or_else(|e| panic!("SLOWLOG GET: {e}"));
+    let Reply::Array(Some(entries)) = reply else {
+        panic!("SLOWLOG GET: {reply:?}");
+    };
+    entries
+        .iter()
+        .map(|entry| {
+            let Reply::Array(Some(fields)) = entry else {
+                panic!("SLOWLOG GET: {entry:?}");
+            };
+            let us = fields
+                .get(2)
+                .and_then(Reply::int)
+                .unwrap_or_else(|| panic!("SLOWLOG GET: {entry:?}"));
+            let args = match fields.get(3) {
+                Some(Reply::Array(Some(args))) => args
+                    .iter()
+                    .take(3)
+                    .map(|a| String::from_utf8_lossy(a.bulk().unwrap_or(b"?")).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                _ => panic!("SLOWLOG GET: {entry:?}"),
+            };
+            (us as u64, args)
+        })
+        .collect()
+}
+
 /// Runs `work` while the probe sends PING; returns what it returned, the probe's worst
 /// and 99th-percentile round trips, µs, and how many it sent.
 fn probed<T>(server: &Server, work: impl FnOnce() -> T) -> (T, (f64, f64, usize)) {
@@ -229,6 +281,21 @@ fn probed<T>(server: &Server, work: impl FnOnce() -> T) -> (T, (f64, f64, usize)
     (done, (max_us, p99_us, rtts.len()))
 }
 
+/// FLUSHALL, and then wait until the server has freed what it held: Valkey frees a
+/// flushed keyspace in a background thread by default (`lazyfree-lazy-user-flush`),
+/// which would otherwise run during the next step, on a machine of two cores.
+fn emptied(conn: &mut Conn) {
+    flushall(conn);
+    let deadline = Instant::now() + DRAIN_LIMIT;
+    while info_number(conn, "memory", "lazyfree_pending_objects") > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the flushed keyspace not freed after {DRAIN_LIMIT:?}"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 fn lease_counter(conn: &mut Conn, field: &str) -> u64 {
     info_number(conn, "lease", &format!("lease_{field}"))
 }
@@ -237,8 +304,9 @@ fn lease_counter(conn: &mut Conn, field: &str) -> u64 {
 /// bound key is deleted.
 fn session_run(server: &Server, conn: &mut Conn, n: usize, result: &mut StallResult) {
     // The anchor: as many strings written the same way, a pipeline at a time.
-    flushall(conn);
+    emptied(conn);
     latency_reset(conn);
+    slowlog_reset(conn);
     let (took, probe) = probed(server, || {
         let started = Instant::now();
         fill(conn, Way::Lua, "stall", 0, n, |_| LONG_TTL.to_vec());
@@ -248,8 +316,9 @@ fn session_run(server: &Server, conn: &mut Conn, n: usize, result: &mut StallRes
     result
         .string_fill
         .record(probe, events, took.as_secs_f64() * 1e3);
+    result.string_fill.record_slowlog(conn);
 
-    flushall(conn);
+    emptied(conn);
     let st = token(3_000_000_000);
     drive(
         conn,
@@ -259,6 +328,7 @@ fn session_run(server: &Server, conn: &mut Conn, n: usize, result: &mut StallRes
         |_, r| r.is_grant(),
     );
     latency_reset(conn);
+    slowlog_reset(conn);
     let (took, probe) = probed(server, || {
         let started = Instant::now();
         drive(
@@ -279,8 +349,10 @@ fn session_run(server: &Server, conn: &mut Conn, n: usize, result: &mut StallRes
     result
         .binding
         .record(probe, events, took.as_secs_f64() * 1e3);
+    result.binding.record_slowlog(conn);
 
     latency_reset(conn);
+    slowlog_reset(conn);
     let deadline = Instant::now() + EXPIRY_LEAD;
     let mut release = |c: &mut Conn| {
         let reply = c
@@ -300,6 +372,7 @@ fn session_run(server: &Server, conn: &mut Conn, n: usize, result: &mut StallRes
         events,
         outcome.drain_ms,
     );
+    result.session_end.record_slowlog(conn);
 }
 
 fn config_set(conn: &mut Conn, name: &str, value: &str) {
@@ -311,7 +384,7 @@ fn config_set(conn: &mut Conn, name: &str, value: &str) {
 /// `Err` with the server's answer when it refuses `restore`.
 fn eviction_run(server: &Server, conn: &mut Conn, into: &mut Eviction) -> Result<(), String> {
     let n = into.step.n;
-    flushall(conn);
+    emptied(conn);
     config_set(conn, "maxmemory", "0");
     config_set(conn, "maxmemory-policy", "noeviction");
     match conn.call(&[b"CONFIG", b"SET", b"lease.allkeys-eviction", b"restore"]) {
@@ -340,6 +413,7 @@ fn eviction_run(server: &Server, conn: &mut Conn, into: &mut Eviction) -> Result
     let leases_evicted = lease_counter(conn, "evicted");
     let leases_restored = lease_counter(conn, "restored");
     latency_reset(conn);
+    slowlog_reset(conn);
 
     let stop = Arc::new(AtomicBool::new(false));
     let probe = spawn_probe(server, &stop);
@@ -409,6 +483,7 @@ fn eviction_run(server: &Server, conn: &mut Conn, into: &mut Eviction) -> Result
         events,
         took.as_secs_f64() * 1e3,
     );
+    into.step.record_slowlog(conn);
     into.full_bytes.push(full as f64);
     into.maxmemory.push(limit as f64);
     into.evicted_keys.push(evicted_keys as f64);
@@ -733,6 +808,31 @@ fn server_section(out: &mut String, r: &StallServer) {
             spread(&step.time_ms, 0),
             row.ratio.map_or(String::new(), times),
         );
+    }
+    let slow: Vec<String> = steps(s)
+        .iter()
+        .filter(|row| !row.step.slowest.is_empty())
+        .map(|row| {
+            let list = row
+                .step
+                .slowest
+                .iter()
+                .map(|(us, cmd)| format!("{:.1} ms `{cmd}`", *us as f64 / 1e3))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("{}: {list}", row.name)
+        })
+        .collect();
+    if !slow.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nThe slowest commands (`SLOWLOG`, 2 ms and more, up to {SLOWEST_KEPT} a step, \
+             kept in the writing, binding, session end and eviction steps; the command and \
+             its first two arguments):\n"
+        );
+        for line in slow {
+            let _ = writeln!(out, "- {line}");
+        }
     }
     match &s.eviction {
         Ok(e) => {
