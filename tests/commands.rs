@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use harness::calls::{
     acquire, acquire_new, cmd as c, config_get, config_set, describe, exists, fenced, get,
-    key_type, login, pttl, release, renew, send, stale, take, NONE,
+    key_type, login, pttl, release, renew, send, stale, take, take_many, NONE,
 };
 use harness::errors::{
     forbidden, BLOCK_ERR, FENCE_ERR, NESTED_ERR, RESOURCE_ERR, SYNTAX_ERR, TOKEN_ERR, TTL_ERR,
@@ -1496,16 +1496,7 @@ fn latency_latest(con: &mut Connection) -> Vec<(String, i64)> {
 /// Grants `n` leases of one second, then holds the server past their deadline
 /// so the next reaper tick takes them all at once.
 fn expire_together(con: &mut Connection, n: usize) {
-    let mut pipe = redis::pipe();
-    for i in 0..n {
-        pipe.cmd("LEASE.ACQUIRE")
-            .arg(format!("together:{i}"))
-            .arg(1000)
-            .arg("TOKEN")
-            .arg("t")
-            .ignore();
-    }
-    let () = pipe.query(con).expect("pipelined acquires");
+    take_many(con, "together", n, 1000, "t");
     assert_ok(q!(con, "DEBUG", "SLEEP", "1.2"), "DEBUG SLEEP");
     wait_until("the reaper to delete the leases", WAIT, || dbsize(con) == 0);
 }

@@ -13,7 +13,7 @@ extern crate harness;
 use std::time::Duration;
 
 use harness::calls::{
-    call, call_error, exists, info_on, int, login, restore, select, take, text, NONE,
+    call, call_error, exists, info_on, int, login, restore, select, take, take_many, text, NONE,
 };
 use harness::holds::WAIT;
 use harness::lease::{dump, lease_dump, lease_stat};
@@ -296,16 +296,7 @@ for_each_server!(
         let server = Server::start_with(flavor, options);
         let mut con = server.client();
         const N: usize = 4_000;
-        let mut pipe = redis::pipe();
-        for i in 0..N {
-            pipe.cmd("LEASE.ACQUIRE")
-                .arg(format!("backlog:{i}"))
-                .arg(300)
-                .arg("TOKEN")
-                .arg("tok-backlog")
-                .ignore();
-        }
-        let () = pipe.query(&mut con).expect("pipelined acquires");
+        take_many(&mut con, "backlog", N, 300, "tok-backlog");
         assert_ok(call(&mut con, "DEBUG", ("SLEEP", "0.4")), "DEBUG SLEEP");
         let mut midway = 0;
         let give_up = std::time::Instant::now() + WAIT;

@@ -216,6 +216,27 @@ pub fn acquire<C: ConnectionLike>(
     })
 }
 
+/// `LEASE.ACQUIRE <prefix>:<i> ttl TOKEN token` for i in 0..n, in one pipeline; every
+/// one must be granted.
+pub fn take_many<C: ConnectionLike>(con: &mut C, prefix: &str, n: usize, ttl: u64, token: &str) {
+    let mut pipe = redis::pipe();
+    for i in 0..n {
+        pipe.add_command(acquire_cmd(
+            &format!("{prefix}:{i}"),
+            ttl,
+            Some(token),
+            None,
+        ));
+    }
+    let replies: Vec<Value> = pipe
+        .query(con)
+        .unwrap_or_else(|e| panic!("{n} pipelined acquires of {prefix}: {e}"));
+    for (i, r) in replies.into_iter().enumerate() {
+        let what = format!("LEASE.ACQUIRE {prefix}:{i}");
+        assert!(reply::grant(r, &what).is_some(), "{what} was not granted");
+    }
+}
+
 /// `LEASE.ACQUIRE key ttl`, with a generated token: `(token, fence)`, or None.
 pub fn acquire_new<C: ConnectionLike>(con: &mut C, key: &str, ttl: u64) -> Option<(Vec<u8>, u64)> {
     let reply = call(con, "LEASE.ACQUIRE", (key, ttl));
