@@ -676,8 +676,8 @@ pub fn markdown(results: &[StallServer], plan: &Plan, machine: &Machine) -> Stri
          before (the server's own dictionaries grow as much).\n\
          - session end: that session released (`LEASE.RELEASE`) 2 s after the last bind; \
          time = from the release until every bound key is deleted (DBSIZE 0).\n\
-         - expiry: {n} leases with one deadline, then as many `SET NX PX` strings with \
-         one deadline (the order alternates between runs); time = from the deadline until \
+         - expiry: {n} leases with one deadline, and as many `SET NX PX` strings with \
+         one deadline, in turn (which goes first alternates between runs); time = from the deadline until \
          DBSIZE 0; ratio = the leases' time over the strings'.\n\
          - eviction restore: {ne} live leases, then {ne} strings of {FILLER_LEN} bytes \
          (newer, so `allkeys-lru` takes leases first); `lease.allkeys-eviction restore`, \
@@ -840,7 +840,10 @@ fn server_section(out: &mut String, r: &StallServer) {
                 out,
                 "\nEviction restore: `used_memory` {} MB once full, `maxmemory` lowered to {} \
                  MB; keys evicted {}, leases among them {}, written back {}, leases lost \
-                 (not held by their token after) {} (medians).{}",
+                 (not held by their token after) {} (medians). The LRU clock \
+                 counts whole seconds, so a lease written back looks hardly newer than \
+                 the strings and can be evicted again: leases evicted can outnumber the \
+                 leases.{}",
                 spread(
                     &Samples(e.full_bytes.0.iter().map(|b| b / 1e6).collect()),
                     1
