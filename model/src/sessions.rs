@@ -34,7 +34,10 @@ pub struct Ended {
     pub announced: bool,
     /// As the index had them: moved, not copied, when the session ended.
     keys: Table<Box<[u8]>, u32>,
-    /// The shard taken from `keys` last, not all handed out yet.
+    /// The shard taken from `keys` last, not all handed out yet, sorted by
+    /// key: a hold that leaves meanwhile is found by a binary search, not a
+    /// scan of the shard (the reaper settles each key it took, and each
+    /// asks).
     taken: Vec<(Box<[u8]>, u32)>,
 }
 
@@ -45,6 +48,7 @@ impl Ended {
         if self.taken.is_empty() {
             if let Some(shard) = self.keys.take_shard() {
                 self.taken = shard.into_iter().collect();
+                self.taken.sort_unstable_by(|a, b| a.0.cmp(&b.0));
             }
         }
         let from = self.taken.len().saturating_sub(n);
@@ -59,10 +63,11 @@ impl Ended {
             if *n == 0 {
                 self.keys.remove(key);
             }
-        } else if let Some(at) = self.taken.iter().position(|(k, _)| **k == *key) {
+        } else if let Ok(at) = self.taken.binary_search_by(|(k, _)| (**k).cmp(key)) {
             self.taken[at].1 -= 1;
             if self.taken[at].1 == 0 {
-                self.taken.swap_remove(at);
+                // Keeps the order the search needs.
+                self.taken.remove(at);
             }
         }
     }
@@ -560,6 +565,43 @@ mod tests {
         index.unbind(0, b"b", &s);
         index.revive(0, b"s", 7);
         assert_eq!(index.bound_keys(0, b"s", 7).count(), 0);
+    }
+
+    #[test]
+    fn a_hold_gone_from_the_shard_the_reaper_took_is_not_handed_back() {
+        let mut index = BoundIndex::default();
+        let s = session(b"s", 7);
+        let keys: Vec<Vec<u8>> = (0..100u8).map(|i| vec![b'k', i]).collect();
+        for key in &keys {
+            index.bind(0, key, &s);
+        }
+        assert!(index.end(0, b"s", 7, 1000, true).is_some());
+        // The reaper takes the shard and is handed 10 keys; 90 wait in it.
+        let handed = index.next_ended().expect("queued").next_keys(10);
+        assert_eq!(handed.len(), 10);
+        for key in &handed {
+            index.unbind(0, key, &s);
+        }
+        // Holds released by their holders while their keys wait in the shard.
+        let waiting: Vec<&Vec<u8>> = keys
+            .iter()
+            .filter(|k| !handed.iter().any(|h| **h == ***k))
+            .collect();
+        for key in waiting.iter().step_by(3) {
+            index.unbind(0, key, &s);
+        }
+        index.revive(0, b"s", 7);
+        let mut back: Vec<&[u8]> = index.bound_keys(0, b"s", 7).collect();
+        back.sort();
+        let mut expected: Vec<&[u8]> = waiting
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 3 != 0)
+            .map(|(_, k)| k.as_slice())
+            .collect();
+        expected.sort();
+        assert_eq!(back, expected);
+        assert_eq!(index.bound_to(0, b"s", 7), expected.len() as u64);
     }
 
     #[test]
