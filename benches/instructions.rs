@@ -234,7 +234,9 @@ const BOUNDS: &[Bound] = &[
         lease: &[Step::Acquire],
         other: &[Step::SetNxPx],
         // Raised from [1.57, 1.49, 1.83, 1.76] with the one commit path (above).
-        max: [1.61, 1.53, 1.87, 1.80],
+        // Redis 8.2 counted 1.510 and 1.523 in two clean-clone runs of the same
+        // code: its bound was 0.5% above the second, now 2.4% as the others.
+        max: [1.61, 1.56, 1.87, 1.80],
         goal: "≤ 1.2 where the server has the natives",
     },
     Bound {
