@@ -256,8 +256,10 @@ export function defineSentinel(flavor: Flavor): void {
           let lease: Lease | undefined;
           try {
             // Longer than a failover takes (the promoted replica has the lease as last
-            // replicated; the Sentinels name it a second or so after promoting it).
-            const ttl = 4000;
+            // replicated; the Sentinels name it a second or so after promoting it) and
+            // than node-redis 5's Sentinel client takes to follow it (past 4 s once in a
+            // CI run, on two shared cores).
+            const ttl = 8000;
             lease = await leases.acquire(key, { ttlMs: ttl });
             await waitFor('a renewal', () => lease!._renewals >= 1, ttl);
             const oldPort = await set.masterPort();
