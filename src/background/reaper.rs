@@ -173,11 +173,9 @@ unsafe extern "C" fn tick(ctx: Ctx, _data: *mut c_void) {
 /// replicate as one `DEL` per database per batch (`commit::Deletions`).
 fn reap(ctx: Ctx, now: u64, batch: usize, budget: &Budget) -> bool {
     let mut taken = 0;
-    let mut swept = false;
     let mut deleted = Deletions::default();
     while taken < batch && !budget.spent(taken) {
         let Some(entry) = state::index().pop_due(now) else {
-            swept = true;
             break;
         };
         taken += 1;
@@ -188,7 +186,7 @@ fn reap(ctx: Ctx, now: u64, batch: usize, budget: &Budget) -> bool {
         reap_key(ctx, &entry, name, now, &mut deleted);
     }
     deleted.flush(ctx);
-    swept || !state::index().next_deadline().is_some_and(|d| d <= now)
+    !state::index().next_deadline().is_some_and(|d| d <= now)
 }
 
 /// Looks at one due key: an expired one (or a free record nobody waits
