@@ -1154,8 +1154,8 @@ fn latency_reset(conn: &mut Conn) {
         .unwrap_or_else(|e| panic!("LATENCY RESET: {e}"));
 }
 
-/// The largest sample of `event` in `LATENCY LATEST`, ms; 0 if it has none.
-fn latency_max(conn: &mut Conn, event: &str) -> f64 {
+/// Every event of `LATENCY LATEST` and its largest sample since the last reset, ms.
+pub fn latency_events(conn: &mut Conn) -> Vec<(String, f64)> {
     let reply = conn
         .call(&[b"LATENCY", b"LATEST"])
         .unwrap_or_else(|e| panic!("LATENCY LATEST: {e}"));
@@ -1164,14 +1164,25 @@ fn latency_max(conn: &mut Conn, event: &str) -> f64 {
     };
     events
         .iter()
-        .find_map(|e| match e {
+        .map(|e| match e {
             Reply::Array(Some(fields)) => match fields.as_slice() {
-                [Reply::Bulk(Some(name)), _, _, max, ..] if name == event.as_bytes() => max.int(),
-                _ => None,
+                [Reply::Bulk(Some(name)), _, _, max, ..] => (
+                    String::from_utf8_lossy(name).into_owned(),
+                    max.int().unwrap_or_else(|| panic!("LATENCY LATEST: {e:?}")) as f64,
+                ),
+                _ => panic!("LATENCY LATEST: {e:?}"),
             },
-            _ => None,
+            _ => panic!("LATENCY LATEST: {e:?}"),
         })
-        .map_or(0.0, |ms| ms as f64)
+        .collect()
+}
+
+/// The largest sample of `event` in `LATENCY LATEST`, ms; 0 if it has none.
+fn latency_max(conn: &mut Conn, event: &str) -> f64 {
+    latency_events(conn)
+        .into_iter()
+        .find(|(name, _)| name == event)
+        .map_or(0.0, |(_, ms)| ms)
 }
 
 fn probe_expiry(server: &Server, conn: &mut Conn, deadline: Instant) -> ExpiryOutcome {

@@ -768,13 +768,7 @@ pub fn sessions_markdown(results: &[SessionServer], plan: &Plan, machine: &Machi
         machine.load_end,
         machine.elapsed.as_secs_f64()
     );
-    if plan.quick {
-        let _ = writeln!(
-            out,
-            "**Quick run (CI smoke): one run at small sizes. These numbers are not the \
-             benchmark.**\n"
-        );
-    }
+    quick_banner(&mut out, plan.quick);
     if let Some(note) = &machine.note {
         let _ = writeln!(out, "Note: {note}\n");
     }
@@ -973,6 +967,17 @@ pub fn shared_tables(
 
 /// One table of every server's memory medians (`memory.md`), bytes.
 /// A table header with one column per server, and a last column `last` when given.
+/// The line every report of a `--quick` run carries under its title.
+pub fn quick_banner(out: &mut String, quick: bool) {
+    if quick {
+        let _ = writeln!(
+            out,
+            "**Quick run (CI smoke): one run at small sizes. These numbers are not the \
+             benchmark.**\n"
+        );
+    }
+}
+
 fn server_header(out: &mut String, first: &str, results: &[SharedServer], last: Option<&str>) {
     let _ = write!(out, "| {first} |");
     for r in results {
@@ -1152,13 +1157,7 @@ pub fn shared_markdown(
         machine.load_end,
         machine.elapsed.as_secs_f64()
     );
-    if plan.quick {
-        let _ = writeln!(
-            out,
-            "**Quick run (CI smoke): one run at small sizes. These numbers are not the \
-             benchmark.**\n"
-        );
-    }
+    quick_banner(&mut out, plan.quick);
     if let Some(note) = &machine.note {
         let _ = writeln!(out, "Note: {note}\n");
     }
@@ -1230,13 +1229,7 @@ pub fn markdown(results: &[ServerResult], plan: &Plan, machine: &Machine) -> Str
         machine.date,
         plan.runs
     );
-    if plan.quick {
-        let _ = writeln!(
-            out,
-            "**Quick run (CI smoke): one run at small sizes. These numbers are not the \
-             benchmark.**\n"
-        );
-    }
+    quick_banner(&mut out, plan.quick);
     let _ = writeln!(out, "![Charts of the comparisons](bench.svg)\n");
     let _ = writeln!(out, "## Machine\n");
     let _ = writeln!(

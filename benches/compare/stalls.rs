@@ -26,11 +26,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::report::{count, times, Machine};
+use crate::report::{count, quick_banner, times, Machine};
 use crate::{
-    connect, expiry_run, fill, flushall, info_number, latency_reset, max_p99, probe_drain,
-    progress, settled_used_memory, spawn_probe, Plan, Samples, Way, DRAIN_LIMIT, EXPIRY_LEAD,
-    LONG_TTL,
+    connect, expiry_run, fill, flushall, info_number, latency_events, latency_reset, max_p99,
+    probe_drain, progress, settled_used_memory, spawn_probe, Plan, Samples, Way, DRAIN_LIMIT,
+    EXPIRY_LEAD, LONG_TTL,
 };
 use harness::resp::{encode, Conn, Reply};
 use harness::workload::{
@@ -204,29 +204,6 @@ pub fn bench(flavor: Flavor, plan: &Plan) -> StallResult {
     }
     flushall(&mut conn);
     result
-}
-
-/// Every event of `LATENCY LATEST` and its largest sample since the last reset, ms.
-fn latency_events(conn: &mut Conn) -> Vec<(String, f64)> {
-    let reply = conn
-        .call(&[b"LATENCY", b"LATEST"])
-        .unwrap_or_else(|e| panic!("LATENCY LATEST: {e}"));
-    let Reply::Array(Some(events)) = reply else {
-        panic!("LATENCY LATEST: {reply:?}");
-    };
-    events
-        .iter()
-        .map(|e| match e {
-            Reply::Array(Some(fields)) => match fields.as_slice() {
-                [Reply::Bulk(Some(name)), _, _, max, ..] => (
-                    String::from_utf8_lossy(name).into_owned(),
-                    max.int().unwrap_or_else(|| panic!("LATENCY LATEST: {e:?}")) as f64,
-                ),
-                _ => panic!("LATENCY LATEST: {e:?}"),
-            },
-            _ => panic!("LATENCY LATEST: {e:?}"),
-        })
-        .collect()
 }
 
 /// Empties `SLOWLOG`, which keeps every command of `SLOWLOG_US` or more from now on.
@@ -645,13 +622,7 @@ pub fn markdown(results: &[StallServer], plan: &Plan, machine: &Machine) -> Stri
         machine.load_end,
         machine.elapsed.as_secs_f64()
     );
-    if plan.quick {
-        let _ = writeln!(
-            out,
-            "**Quick run (CI smoke): one run at small sizes. These numbers are not the \
-             benchmark.**\n"
-        );
-    }
+    quick_banner(&mut out, plan.quick);
     if let Some(note) = &machine.note {
         let _ = writeln!(out, "Note: {note}\n");
     }
